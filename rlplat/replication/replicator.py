@@ -1,0 +1,229 @@
+"""The Replicator: single-replica code, run on one device, N devices or N workers.
+
+The gradient convention, stated once for the whole platform: a `step_fn`
+computes the MEAN loss over its own per-replica batch, averages gradients
+explicitly with `all_reduce(grads, "mean")`, and applies them with
+`optimizer.apply_gradients(..., skip_gradients_aggregation=True)`. With equal
+per-replica batches this is exactly the gradient of the mean loss over the
+global batch, so N replicas at global batch B train like one device at B.
+`wrap_optimizer` is the one-line alternative that does the same averaging
+inside `apply_gradients`.
+
+Batch-size names always say "global" or "per_replica".
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Dict, Iterator, Optional, Sequence, Union
+
+import tensorflow as tf
+
+from rlplat.replication import devices as devices_lib
+from rlplat.replication import primitives
+
+InputFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
+_OUTPUT_REDUCTIONS = {
+    "mean": tf.distribute.ReduceOp.MEAN,
+    "sum": tf.distribute.ReduceOp.SUM,
+}
+
+
+class Replicator:
+    """Runs a `step_fn` written for one replica on every replica of a strategy.
+
+    Build it with `make_replicator()`. Create variables (models, optimizers)
+    under `scope()`, feed inputs from `distribute(input_fn)`, and call
+    `run(step_fn, *args)`; inside `step_fn` the primitives below (or the free
+    functions of `rlplat.replication.primitives`) talk across replicas.
+    """
+
+    def __init__(self, strategy: tf.distribute.Strategy):
+        self._strategy = strategy
+        self._compiled: Dict[Any, Callable] = {}
+
+    # ----------------------------------------------------------------- topology
+    @property
+    def strategy(self) -> tf.distribute.Strategy:
+        """The underlying `tf.distribute.Strategy`, for what this API lacks."""
+        return self._strategy
+
+    @property
+    def num_replicas(self) -> int:
+        """Replicas in sync, across all workers."""
+        return self._strategy.num_replicas_in_sync
+
+    @property
+    def num_workers(self) -> int:
+        """Processes taking part (1 unless multi-worker)."""
+        return self._strategy.extended._num_workers if self.is_multi_worker else 1  # pylint: disable=protected-access
+
+    @property
+    def is_multi_worker(self) -> bool:
+        return isinstance(self._strategy, tf.distribute.MultiWorkerMirroredStrategy)
+
+    @property
+    def is_chief(self) -> bool:
+        """True in the one process that keeps checkpoints and writes logs."""
+        if not self.is_multi_worker:
+            return True
+        resolver = self._strategy.cluster_resolver
+        task_type, task_id = resolver.task_type, resolver.task_id
+        if task_type == "chief":
+            return True
+        has_chief = "chief" in resolver.cluster_spec().as_dict()
+        return not has_chief and task_type == "worker" and task_id == 0
+
+    def scope(self) -> contextlib.AbstractContextManager:
+        """Variables created in this scope are mirrored on every replica."""
+        return self._strategy.scope()
+
+    def per_replica_batch_size(self, global_batch_size: int) -> int:
+        """Splits a global batch evenly, or raises naming a size that would."""
+        if global_batch_size % self.num_replicas:
+            lower = global_batch_size - global_batch_size % self.num_replicas
+            raise devices_lib.ReplicationError(
+                f"global batch size {global_batch_size} does not divide over {self.num_replicas} "
+                f"replicas; use a multiple of {self.num_replicas} such as {lower or self.num_replicas}")
+        return global_batch_size // self.num_replicas
+
+    # -------------------------------------------------------------------- input
+    def distribute(self, input_fn: Union[InputFn, tf.data.Dataset]) -> Iterator:
+        """Returns an iterator of per-replica batches.
+
+        `input_fn(input_context)` is called once per worker and must return a
+        dataset of PER-REPLICA batches (size from
+        `input_context.get_per_replica_batch_size(global_batch_size)`), sharded
+        by `input_context.input_pipeline_id` when there are several workers.
+        Consecutive elements go to consecutive replicas. A `tf.data.Dataset` of
+        GLOBAL batches is also accepted and split across replicas.
+        """
+        if isinstance(input_fn, tf.data.Dataset):
+            return iter(self._strategy.experimental_distribute_dataset(input_fn))
+        return iter(self._strategy.distribute_datasets_from_function(input_fn))
+
+    # ---------------------------------------------------------------------- run
+    def run(self, step_fn: Callable, *args, reduce: Optional[str] = "mean") -> Any:
+        """Runs `step_fn(*args)` on every replica; returns reduced outputs.
+
+        The step is traced once into a `tf.function` and cached per `step_fn`.
+        Per-replica outputs are combined with `reduce` ("mean" or "sum"), or
+        returned as `PerReplica` values when `reduce` is None.
+        """
+        key = (step_fn, reduce)
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            compiled = tf.function(self._make_replicated(step_fn, reduce))
+            self._compiled[key] = compiled
+        return compiled(*args)
+
+    def run_steps(self, step_fn: Callable, iterator: Iterator, num_steps: int,
+                  reduce: Optional[str] = "mean") -> Any:
+        """Runs `num_steps` steps on batches from `iterator` in one `tf.function` call.
+
+        Saves the Python dispatch cost of a call per step (the orbit
+        'steps_per_loop' idea). Returns the outputs of the last step.
+        """
+        if num_steps < 1:
+            raise ValueError(f"num_steps must be >= 1 (got {num_steps})")
+        key = ("steps", step_fn, reduce)
+        compiled = self._compiled.get(key)
+        if compiled is None:
+            replicated = self._make_replicated(step_fn, reduce)
+
+            @tf.function
+            def loop(it, n):
+                outputs = replicated(next(it))
+                for _ in tf.range(n - 1):
+                    outputs = replicated(next(it))
+                return outputs
+
+            compiled = loop
+            self._compiled[key] = compiled
+        return compiled(iterator, tf.constant(num_steps, tf.int32))
+
+    def _make_replicated(self, step_fn: Callable, reduce: Optional[str]) -> Callable:
+        if reduce is not None and reduce not in _OUTPUT_REDUCTIONS:
+            raise ValueError(f"unknown reduce {reduce!r}; use 'mean', 'sum' or None")
+
+        def replicated(*args):
+            outputs = self._strategy.run(step_fn, args=args)
+            if reduce is None:
+                return outputs
+            op = _OUTPUT_REDUCTIONS[reduce]
+            return tf.nest.map_structure(
+                lambda x: self._strategy.reduce(op, x, axis=None), outputs)
+
+        return replicated
+
+    # ------------------------------------------------- in-step primitives
+    # Thin aliases so a step_fn can use `repl.all_reduce(...)`; the free
+    # functions in `primitives` are the same thing without a handle.
+    @staticmethod
+    def all_reduce(value: Any, op: str = "mean") -> Any:
+        """See `primitives.all_reduce`."""
+        return primitives.all_reduce(value, op)
+
+    @staticmethod
+    def all_gather(value: Any, axis: int = 0) -> Any:
+        """See `primitives.all_gather`."""
+        return primitives.all_gather(value, axis)
+
+    @staticmethod
+    def broadcast(value: Any) -> Any:
+        """See `primitives.broadcast`."""
+        return primitives.broadcast(value)
+
+    @staticmethod
+    def replica_id() -> tf.Tensor:
+        """See `primitives.replica_id`."""
+        return primitives.replica_id()
+
+    # ---------------------------------------------------------------- optimizer
+    @staticmethod
+    def wrap_optimizer(optimizer: tf.keras.optimizers.Optimizer) -> tf.keras.optimizers.Optimizer:
+        """Makes `optimizer.apply_gradients` average gradients over replicas.
+
+        The same object is returned, so checkpoints of it are unchanged. Its
+        built-in aggregation (a SUM in Keras) becomes a MEAN, so a step_fn that
+        returns per-replica MEAN losses needs no explicit all-reduce.
+        """
+        return wrap_optimizer(optimizer)
+
+
+def wrap_optimizer(optimizer: tf.keras.optimizers.Optimizer) -> tf.keras.optimizers.Optimizer:
+    """See `Replicator.wrap_optimizer`."""
+    if not isinstance(optimizer, tf.keras.optimizers.Optimizer) or isinstance(
+            optimizer, tf.keras.optimizers.legacy.Optimizer):
+        raise TypeError(
+            f"wrap_optimizer takes a Keras 2 optimizer from tf.keras.optimizers, got "
+            f"{type(optimizer).__name__}; legacy optimizers: average gradients with all_reduce instead")
+    if getattr(optimizer, "_rlplat_mean_aggregation", False):
+        return optimizer
+    base = type(optimizer)
+    # Swapping in a subclass keeps every attribute, slot and checkpoint key of
+    # the instance while changing the one method Keras uses to aggregate.
+    optimizer.__class__ = type(f"MeanAggregated{base.__name__}", (base,), {
+        "aggregate_gradients": _mean_aggregate_gradients,
+        "_rlplat_mean_aggregation": True,
+    })
+    return optimizer
+
+
+def _mean_aggregate_gradients(self, grads_and_vars):
+    del self
+    grads_and_vars = list(grads_and_vars)
+    grads = primitives.all_reduce([g for g, _ in grads_and_vars], "mean")
+    return list(zip(grads, [v for _, v in grads_and_vars]))
+
+
+def make_replicator(num_replicas: Optional[int] = None,
+                    devices: Optional[Sequence[str]] = None,
+                    tpu: Optional[str] = None) -> Replicator:
+    """Builds the Replicator for this process (see `devices.make_strategy`).
+
+    Create one per process, after `TF_CONFIG` is set. On a CPU-only machine
+    `num_replicas=N` splits the CPU into N logical devices, which must happen
+    before TensorFlow runs its first op.
+    """
+    return Replicator(devices_lib.make_strategy(num_replicas=num_replicas, devices=devices, tpu=tpu))

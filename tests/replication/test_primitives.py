@@ -1,0 +1,145 @@
+"""Cross-replica primitives on 1, 2 and 4 logical CPU replicas, against hand computations."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from rlplat import replication
+from rlplat.replication import ReplicationError
+
+REPLICA_COUNTS = [1, 2, 4]
+
+
+def _per_replica_value(i):
+    # Replica i holds [i + 1, -(i + 1) * 2]; easy to reduce by hand.
+    return tf.stack([i + 1.0, -(i + 1.0) * 2.0])
+
+
+def _expected_values(n):
+    return np.array([[i + 1.0, -(i + 1.0) * 2.0] for i in range(n)], np.float32)
+
+
+@pytest.mark.parametrize("n", REPLICA_COUNTS)
+def test_all_reduce_ops_match_numpy(n):
+    repl = replication.make_replicator(num_replicas=n)
+
+    def step():
+        v = _per_replica_value(tf.cast(replication.replica_id(), tf.float32))
+        return {op: replication.all_reduce(v, op) for op in ("sum", "mean", "max", "min")}
+
+    out = repl.run(step, reduce=None)
+    values = _expected_values(n)
+    expected = {"sum": values.sum(0), "mean": values.mean(0), "max": values.max(0), "min": values.min(0)}
+    for op, want in expected.items():
+        for replica_value in repl.strategy.experimental_local_results(out[op]):
+            np.testing.assert_allclose(replica_value.numpy(), want, rtol=1e-6, err_msg=op)
+
+
+@pytest.mark.parametrize("n", REPLICA_COUNTS)
+def test_all_reduce_takes_nests(n):
+    repl = replication.make_replicator(num_replicas=n)
+
+    def step():
+        i = tf.cast(replication.replica_id(), tf.float32)
+        return replication.all_reduce({"a": i, "b": [i * 2.0, tf.ones([3]) * i]}, "sum")
+
+    out = repl.run(step, reduce="mean")
+    total = sum(range(n))
+    assert out["a"].numpy() == pytest.approx(total)
+    assert out["b"][0].numpy() == pytest.approx(2 * total)
+    np.testing.assert_allclose(out["b"][1].numpy(), np.full(3, total))
+
+
+@pytest.mark.parametrize("n", REPLICA_COUNTS)
+def test_all_gather_orders_by_replica(n):
+    repl = replication.make_replicator(num_replicas=n)
+
+    def step():
+        i = tf.cast(replication.replica_id(), tf.float32)
+        # Two rows per replica: [[i, 10 i], [i + .5, 10 i + .5]].
+        rows = tf.stack([[i, 10 * i], [i + 0.5, 10 * i + 0.5]])
+        return replication.all_gather(rows, axis=0), replication.all_gather(rows, axis=1)
+
+    by_rows, by_cols = repl.run(step, reduce=None)
+    blocks = [np.array([[i, 10 * i], [i + 0.5, 10 * i + 0.5]], np.float32) for i in range(n)]
+    for got in repl.strategy.experimental_local_results(by_rows):
+        np.testing.assert_array_equal(got.numpy(), np.concatenate(blocks, 0))
+    for got in repl.strategy.experimental_local_results(by_cols):
+        np.testing.assert_array_equal(got.numpy(), np.concatenate(blocks, 1))
+
+
+@pytest.mark.parametrize("n", REPLICA_COUNTS)
+def test_broadcast_sends_replica_zero_value_exactly(n):
+    repl = replication.make_replicator(num_replicas=n)
+
+    def step():
+        i = replication.replica_id()
+        # An int and a float that differ per replica; every replica must see replica 0's.
+        return replication.broadcast({"int": i * 7 + 3, "float": tf.cast(i, tf.float32) + 0.1})
+
+    out = repl.run(step, reduce=None)
+    for got in repl.strategy.experimental_local_results(out["int"]):
+        assert got.numpy() == 3
+    for got in repl.strategy.experimental_local_results(out["float"]):
+        assert got.numpy() == np.float32(0.1)
+
+
+@pytest.mark.parametrize("n", REPLICA_COUNTS)
+def test_replica_ids_and_count(n):
+    repl = replication.make_replicator(num_replicas=n)
+    assert repl.num_replicas == n
+
+    def step():
+        return replication.replica_id(), tf.constant(replication.num_replicas())
+
+    ids, counts = repl.run(step, reduce=None)
+    assert [int(x) for x in repl.strategy.experimental_local_results(ids)] == list(range(n))
+    assert {int(x) for x in repl.strategy.experimental_local_results(counts)} == {n}
+
+
+def test_run_reduces_outputs_with_mean_or_sum():
+    repl = replication.make_replicator(num_replicas=4)
+
+    def step():
+        return tf.cast(replication.replica_id(), tf.float32)
+
+    assert repl.run(step, reduce="mean").numpy() == pytest.approx(1.5)
+    assert repl.run(step, reduce="sum").numpy() == pytest.approx(6.0)
+    with pytest.raises(ValueError, match="unknown reduce"):
+        repl.run(step, reduce="median")
+
+
+def test_primitives_in_cross_replica_code_raise_a_clear_error():
+    repl = replication.make_replicator(num_replicas=2)
+    with repl.scope(), pytest.raises(RuntimeError, match="inside a step_fn"):
+        replication.all_reduce(tf.constant(1.0))
+
+
+def test_primitives_with_no_strategy_act_as_one_replica():
+    # Plain single-machine code (no Replicator at all) sees one replica.
+    assert replication.all_reduce(tf.constant(2.5), "sum").numpy() == 2.5
+    assert replication.broadcast(tf.constant(7)).numpy() == 7
+    assert replication.num_replicas() == 1
+
+
+def test_unknown_all_reduce_op_names_the_choices():
+    repl = replication.make_replicator(num_replicas=1)
+    with pytest.raises(ValueError, match="sum, mean, max, min"):
+        repl.run(lambda: replication.all_reduce(tf.constant(1.0), "median"))
+
+
+def test_uneven_global_batch_names_a_fix():
+    repl = replication.make_replicator(num_replicas=4)
+    assert repl.per_replica_batch_size(64) == 16
+    with pytest.raises(ReplicationError, match="multiple of 4 such as 60"):
+        repl.per_replica_batch_size(62)
+
+
+def test_more_replicas_than_configured_devices_names_the_fix():
+    with pytest.raises(ReplicationError, match="configure_cpu_replicas"):
+        replication.make_replicator(num_replicas=64)
+
+
+def test_single_replica_uses_one_device_strategy():
+    assert isinstance(replication.make_replicator().strategy, tf.distribute.OneDeviceStrategy)
+    assert isinstance(replication.make_replicator(num_replicas=2).strategy, tf.distribute.MirroredStrategy)
