@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs everything rlplat needs on a fresh Debian/Ubuntu machine with Python 3.11:
+# system libraries (OSMesa for MuJoCo; sshd/rsync for the `ray up` tests), then a
+# virtualenv at .venv with the pinned stack from constraints.txt.
+# Re-running is cheap: each step is skipped when already satisfied.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3.11}"
+VENV="${RLPLAT_VENV:-.venv}"
+APT_PACKAGES=(libosmesa6 libgl1 openssh-server rsync netcat-openbsd iproute2 procps)
+
+log() { printf '[setup] %s\n' "$*"; }
+die() { printf 'setup: error: %s\n' "$*" >&2; exit 2; }
+
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+"$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' 2>/dev/null \
+  || die "Python 3.11 is required (dm-reverb wheels stop at cp311); install python3.11 or set PYTHON=/path/to/python3.11"
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing system packages: ${missing[*]}"
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    die "missing system packages: ${missing[*]}; run: sudo apt-get install -y ${missing[*]}"
+  fi
+fi
+
+[ -x "$VENV/bin/python" ] || { log "creating virtualenv $VENV"; "$PYTHON" -m venv "$VENV"; }
+
+# Skip pip when the pins and project metadata are unchanged since the last install.
+stamp="$VENV/.rlplat-installed"
+want="$(cat constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  log "installing pinned Python packages (first run takes a few minutes)"
+  "$VENV/bin/pip" install -q --upgrade pip
+  "$VENV/bin/pip" install -q -c constraints.txt -e ".[test]"
+  echo "$want" > "$stamp"
+fi
+log "ready: $("$VENV/bin/python" -c 'import tensorflow as t, reverb, ray; print("tensorflow", t.__version__, "| ray", ray.__version__)' 2>/dev/null)"

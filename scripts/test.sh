@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Runs the whole test suite in the project virtualenv (run scripts/setup.sh first).
+# Extra arguments go to pytest, e.g. scripts/test.sh tests/envs -k seed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+VENV="${RLPLAT_VENV:-.venv}"
+export MUJOCO_GL="${MUJOCO_GL:-osmesa}" TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
+"$VENV/bin/python" -m pytest "$@"
+rc=$?
+# pytest exits 5 when it collected nothing: for this project that is a broken suite, not a pass.
+if [ "$rc" = 5 ]; then echo "test.sh: error: pytest collected no tests; check the test paths" >&2; exit 1; fi
+exit "$rc"
