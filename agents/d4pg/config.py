@@ -1,0 +1,164 @@
+"""D4PG hyperparameters: one frozen, validated dataclass.
+
+Defaults follow the D4PG paper (Barth-Maron et al. 2018) and Acme's D4PG
+defaults. Every field maps to a command-line flag spelled with dashes
+(``n_step`` -> ``--n-step``); validation errors are one line and name the flag
+to change, so a launcher can print them verbatim.
+
+Gradient clipping: when ``clipping`` is True the learner is expected to clip
+the policy and the critic gradients (separately) by global norm
+``max_gradient_norm`` (40.0, as in Acme) before applying them. Clipping is
+optional; set ``clipping=False`` to apply raw gradients.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Dict, Tuple
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+@dataclasses.dataclass(frozen=True)
+class D4PGConfig:
+    """Validated D4PG hyperparameters. Build, ``replace(...)``, never mutate.
+
+    Attributes:
+      n_step: length of the n-step return used for the critic target.
+      discount: per-step discount gamma; the learner uses gamma**n_step
+        (times the environment's discounts) as the bootstrap discount.
+      sigma: std of the Gaussian exploration noise added to the policy's
+        [-1, 1] action on actors (0 disables exploration noise).
+      global_batch_size: learner batch summed over all replicas; each replica
+        sees ``global_batch_size / num_replicas``.
+      samples_per_insert: target ratio of sampled to inserted items (rate
+        limiter); 32 means each transition is replayed ~32 times on average.
+      min_replay_size: items in replay before learning starts.
+      max_replay_size: replay capacity (FIFO eviction beyond it).
+      policy_learning_rate, critic_learning_rate: Adam learning rates.
+      target_update_period: learner steps between hard target-network copies.
+      num_atoms, v_min, v_max: the critic's fixed categorical support,
+        ``linspace(v_min, v_max, num_atoms)``; returns outside it are clipped.
+      policy_layer_sizes, critic_layer_sizes: hidden sizes of the layer-norm
+        MLP torsos (see ``agents.d4pg.networks``).
+      clipping: clip gradients by global norm ``max_gradient_norm``.
+      max_gradient_norm: global-norm threshold used when ``clipping``.
+    """
+
+    n_step: int = 5
+    discount: float = 0.99
+    sigma: float = 0.3
+    global_batch_size: int = 256
+    samples_per_insert: float = 32.0
+    min_replay_size: int = 1000
+    max_replay_size: int = 1_000_000
+    policy_learning_rate: float = 1e-4
+    critic_learning_rate: float = 1e-4
+    target_update_period: int = 100
+    num_atoms: int = 51
+    v_min: float = -150.0
+    v_max: float = 150.0
+    policy_layer_sizes: Tuple[int, ...] = (256, 256, 256)
+    critic_layer_sizes: Tuple[int, ...] = (512, 512, 256)
+    clipping: bool = True
+    max_gradient_norm: float = 40.0
+
+    # Fields checked by type only; ranges are checked in __post_init__.
+    _INT_FIELDS = ("n_step", "global_batch_size", "min_replay_size",
+                   "max_replay_size", "target_update_period", "num_atoms")
+    _FLOAT_FIELDS = ("discount", "sigma", "samples_per_insert",
+                     "policy_learning_rate", "critic_learning_rate",
+                     "v_min", "v_max", "max_gradient_norm")
+    _LAYER_FIELDS = ("policy_layer_sizes", "critic_layer_sizes")
+
+    def __post_init__(self) -> None:
+        # Types first, so the range checks below compare numbers, not strings.
+        # bool is an int subclass; reject it so `n_step=True` is not "1".
+        for name in self._INT_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name} must be an integer (got {value!r}); "
+                                 f"set {_flag(name)} to a whole number")
+        for name in self._FLOAT_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{name} must be a number (got {value!r}); "
+                                 f"set {_flag(name)} to a finite number")
+            if not math.isfinite(value):
+                raise ValueError(f"{name} must be finite (got {value!r}); "
+                                 f"set {_flag(name)} to a finite number")
+            # Normalise ints to float so to_dict()/equality are stable.
+            object.__setattr__(self, name, float(value))
+        for name in self._LAYER_FIELDS:
+            value = getattr(self, name)
+            # Accept lists (e.g. from JSON / to_dict) but store tuples so the
+            # config stays hashable and immutable.
+            if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+                raise ValueError(f"{name} must be a sequence of positive ints "
+                                 f"(got {value!r}); set {_flag(name)} like 256,256")
+            sizes = tuple(value)
+            if not sizes or any(isinstance(s, bool) or not isinstance(s, int)
+                                or s < 1 for s in sizes):
+                raise ValueError(f"{name} must be a non-empty sequence of "
+                                 f"positive ints (got {value!r}); "
+                                 f"set {_flag(name)} like 256,256")
+            object.__setattr__(self, name, sizes)
+        if not isinstance(self.clipping, bool):
+            raise ValueError(f"clipping must be a bool (got {self.clipping!r}); "
+                             "set --clipping true or false")
+        self._check_ranges()
+
+    def _check_ranges(self) -> None:
+        def need(ok: bool, name: str, rule: str, fix: str) -> None:
+            if not ok:
+                raise ValueError(f"{name} must be {rule} (got "
+                                 f"{getattr(self, name)!r}); set {_flag(name)} {fix}")
+
+        need(self.n_step >= 1, "n_step", ">= 1", "1 or more")
+        need(0.0 <= self.discount <= 1.0, "discount", "in [0, 1]",
+             "between 0 and 1 (e.g. 0.99)")
+        need(self.sigma >= 0.0, "sigma", ">= 0", "to 0 or more (e.g. 0.3)")
+        need(self.global_batch_size >= 1, "global_batch_size", ">= 1",
+             "1 or more")
+        need(self.samples_per_insert > 0.0, "samples_per_insert", "> 0",
+             "above 0 (e.g. 32)")
+        need(self.min_replay_size >= 1, "min_replay_size", ">= 1", "1 or more")
+        need(self.max_replay_size >= self.min_replay_size, "max_replay_size",
+             f">= min_replay_size ({self.min_replay_size})",
+             f"to {self.min_replay_size} or more, or lower --min-replay-size")
+        need(self.policy_learning_rate > 0.0, "policy_learning_rate", "> 0",
+             "above 0 (e.g. 1e-4)")
+        need(self.critic_learning_rate > 0.0, "critic_learning_rate", "> 0",
+             "above 0 (e.g. 1e-4)")
+        need(self.target_update_period >= 1, "target_update_period", ">= 1",
+             "1 or more")
+        need(self.num_atoms >= 2, "num_atoms", ">= 2", "2 or more (e.g. 51)")
+        need(self.v_min < self.v_max, "v_min",
+             f"< v_max ({self.v_max!r})",
+             "below --v-max, or raise --v-max")
+        need(self.max_gradient_norm > 0.0, "max_gradient_norm", "> 0",
+             "above 0 (e.g. 40), or set --clipping false")
+
+    def replace(self, **changes: Any) -> "D4PGConfig":
+        """Returns a validated copy with ``changes`` applied.
+
+        Raises:
+          TypeError: a key is not a D4PGConfig field (as the constructor would).
+          ValueError: a new value is invalid (one-line message naming the flag).
+        """
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise TypeError(f"unknown D4PGConfig field(s) {unknown}; "
+                            f"valid fields: {sorted(names)}")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Plain, JSON-serialisable dict; ``D4PGConfig(**cfg.to_dict())`` round-trips."""
+        out = dataclasses.asdict(self)
+        for name in self._LAYER_FIELDS:
+            out[name] = list(out[name])
+        return out

@@ -1,0 +1,108 @@
+"""D4PG networks: shapes, action range, atoms, and the NumPy policy copy."""
+
+import os
+import pickle
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from agents.d4pg.networks import (make_atoms, make_critic_network, make_policy_network,
+                                  numpy_policy_forward, policy_to_numpy)
+
+OBS, ACT = 5, 3
+
+
+def _built_policy(layer_sizes=(16, 8, 8), seed=0):
+    tf.keras.utils.set_random_seed(seed)
+    policy = make_policy_network(ACT, layer_sizes)
+    policy(tf.zeros((1, OBS)))
+    return policy
+
+
+def _randomise(model, scale, seed):
+    # Replace every weight (incl. the near-zero output layer and LayerNorm
+    # gamma/beta) so outputs are far from 0 and the comparison has teeth.
+    rng = np.random.default_rng(seed)
+    model.set_weights([rng.normal(0, scale, w.shape).astype(np.float32)
+                       for w in model.get_weights()])
+
+
+def test_policy_shapes_and_initial_actions_near_zero():
+    policy = _built_policy()
+    obs = np.random.default_rng(0).normal(size=(7, OBS)).astype(np.float32)
+    actions = policy(obs).numpy()
+    assert actions.shape == (7, ACT) and actions.dtype == np.float32
+    # Near-zero output init: the untrained policy barely moves.
+    assert np.abs(actions).max() < 0.05
+
+
+def test_policy_output_stays_in_unit_box_when_saturated():
+    policy = _built_policy()
+    _randomise(policy, scale=3.0, seed=1)
+    obs = np.random.default_rng(1).normal(0, 100, (64, OBS)).astype(np.float32)
+    actions = policy(obs).numpy()
+    assert np.all(np.abs(actions) <= 1.0)
+    assert np.abs(actions).max() > 0.99  # actually saturating, so the bound is tested
+
+
+def test_critic_shapes_and_atoms():
+    critic = make_critic_network(num_atoms=7, layer_sizes=(16, 8), v_min=-3.0, v_max=3.0)
+    obs = np.ones((4, OBS), np.float32)
+    act = np.zeros((4, ACT), np.float64)  # float64 input is cast, not propagated
+    logits = critic((obs, act))
+    assert logits.shape == (4, 7) and logits.dtype == tf.float32
+    np.testing.assert_allclose(critic.atoms.numpy(), np.linspace(-3, 3, 7), atol=1e-6)
+    q = critic.mean(logits).numpy()
+    p = tf.nn.softmax(logits).numpy()
+    np.testing.assert_allclose(q, (p * np.linspace(-3, 3, 7)).sum(-1), atol=1e-5)
+    # Critic input width is obs + action: the first kernel has OBS + ACT rows.
+    assert critic.trainable_variables[0].shape == (OBS + ACT, 16)
+
+
+def test_make_atoms_validates():
+    assert make_atoms(-150.0, 150.0, 51).shape == (51,)
+    with pytest.raises(ValueError):
+        make_atoms(1.0, 1.0, 51)
+    with pytest.raises(ValueError):
+        make_atoms(-1.0, 1.0, 1)
+
+
+@pytest.mark.parametrize("layer_sizes", [(16, 8, 8), (12,)])
+def test_numpy_forward_matches_keras(layer_sizes):
+    policy = _built_policy(layer_sizes, seed=2)
+    _randomise(policy, scale=0.5, seed=3)
+    params = policy_to_numpy(policy)
+    params = pickle.loads(pickle.dumps(params))  # shipped to actors by value
+    obs = np.random.default_rng(4).normal(0, 2, (32, OBS)).astype(np.float32)
+    expected = policy(obs).numpy()
+    assert np.abs(expected).max() > 0.1  # not a trivial all-zeros comparison
+    got = numpy_policy_forward(params, obs)
+    assert got.dtype == np.float32 and got.shape == (32, ACT)
+    np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
+    single = numpy_policy_forward(params, obs[0])  # actors step at batch 1, unbatched
+    assert single.shape == (ACT,)
+    np.testing.assert_allclose(single, expected[0], atol=1e-5, rtol=0)
+
+
+def test_numpy_forward_tracks_weight_updates_only_after_re_export():
+    policy = _built_policy(seed=5)
+    _randomise(policy, scale=0.5, seed=6)
+    obs = np.ones((2, OBS), np.float32)
+    old = policy_to_numpy(policy)
+    _randomise(policy, scale=0.5, seed=7)
+    # The export is a snapshot (copies), not a view of the live variables.
+    assert not np.allclose(numpy_policy_forward(old, obs), policy(obs).numpy(), atol=1e-5)
+    np.testing.assert_allclose(numpy_policy_forward(policy_to_numpy(policy), obs),
+                               policy(obs).numpy(), atol=1e-5)
+
+
+def test_policy_to_numpy_rejects_unbuilt_and_unknown_layers():
+    with pytest.raises(ValueError, match="not built"):
+        policy_to_numpy(make_policy_network(ACT, (8,)))
+    odd = tf.keras.Sequential([tf.keras.layers.Dense(4), tf.keras.layers.Dropout(0.1)])
+    odd(tf.zeros((1, OBS)))
+    with pytest.raises(ValueError, match="unsupported layer"):
+        policy_to_numpy(odd)
