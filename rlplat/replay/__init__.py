@@ -1,0 +1,23 @@
+"""Replay layer: Reverb tables, servers, adders and tf.data pipelines."""
+
+from __future__ import annotations
+
+from rlplat.replay.adders import NStepTransitionAdder
+from rlplat.replay.datasets import fetch_signature
+from rlplat.replay.datasets import make_input_fn
+from rlplat.replay.datasets import make_transition_dataset
+from rlplat.replay.datasets import next_batch
+from rlplat.replay.datasets import translate_sampling_errors
+from rlplat.replay.datasets import wait_for_table_size
+from rlplat.replay.errors import ReplayTimeoutError
+from rlplat.replay.server import ReplayHandle
+from rlplat.replay.server import make_server
+from rlplat.replay.server import wait_for_server
+from rlplat.replay.signature import transition_signature
+from rlplat.replay.tables import default_error_buffer
+from rlplat.replay.tables import make_prioritized_table
+from rlplat.replay.tables import make_queue_table
+from rlplat.replay.tables import make_rate_limiter
+from rlplat.replay.tables import make_uniform_table
+from rlplat.replay.tables import validate_rate_limiter
+from rlplat.replay.types import Transition
