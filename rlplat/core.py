@@ -1,0 +1,110 @@
+"""The platform's small interfaces. Nothing infrastructural lives here.
+
+An agent is a set of these pieces; a layout (one process, or Ray) decides
+where each runs. Ray, Reverb and TF never appear in these signatures, so the
+same actor or learner runs under every layout and in unit tests.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+
+import dm_env
+import numpy as np
+
+Weights = Mapping[str, Sequence[np.ndarray]]
+
+
+class VariableSource(abc.ABC):
+    """Something that serves versioned weights (a learner, or a handle to one)."""
+
+    @abc.abstractmethod
+    def get_variables(self, names: Sequence[str]) -> Tuple[int, Dict[str, Sequence[np.ndarray]]]:
+        """Returns (version, {name: list of arrays}); version grows with every update."""
+
+
+class Actor(abc.ABC):
+    """Acts in an environment and reports what it saw (to an adder, usually)."""
+
+    @abc.abstractmethod
+    def select_action(self, observation: np.ndarray) -> np.ndarray:
+        """The action for one observation."""
+
+    @abc.abstractmethod
+    def observe_first(self, timestep: dm_env.TimeStep) -> None:
+        """Records the first timestep of an episode."""
+
+    @abc.abstractmethod
+    def observe(self, action: np.ndarray, next_timestep: dm_env.TimeStep) -> None:
+        """Records an action and the timestep it led to."""
+
+    @abc.abstractmethod
+    def update(self, wait: bool = False) -> None:
+        """Pulls fresh weights from the variable source when they are due."""
+
+    @property
+    def policy_version(self) -> int:
+        """The version of the weights this actor acts with (-1 before any)."""
+        return -1
+
+
+class Learner(VariableSource):
+    """Takes gradient steps; serves its weights to actors."""
+
+    @abc.abstractmethod
+    def step(self) -> Dict[str, float]:
+        """One (or a few) learner steps; returns metrics."""
+
+    @property
+    @abc.abstractmethod
+    def num_steps(self) -> int:
+        """Learner steps taken so far, across restarts."""
+
+
+class Saveable(abc.ABC):
+    """State that checkpoints can save and restore."""
+
+    @abc.abstractmethod
+    def save(self) -> Any:
+        """Returns a picklable snapshot of the state."""
+
+    @abc.abstractmethod
+    def restore(self, state: Any) -> None:
+        """Restores a snapshot made by `save`."""
+
+
+class Worker(abc.ABC):
+    """A long-running loop (actor loop, learner loop, evaluator)."""
+
+    @abc.abstractmethod
+    def run(self, num_steps: Optional[int] = None) -> Dict[str, float]:
+        """Runs until done (or `num_steps`); returns final metrics."""
+
+
+class AgentBuilder(abc.ABC):
+    """Everything agent-specific, as factories a layout can call in any process.
+
+    A builder holds only its frozen config, so it pickles cheaply and crosses
+    process boundaries; layouts (one process, or Ray) call these factories
+    where each piece runs. Reverb tables and addresses appear here because
+    what to store is the agent's business; where the server runs is not.
+    """
+
+    @abc.abstractmethod
+    def make_replay_tables(self, environment_spec, num_actors: int) -> list:
+        """The Reverb tables (rate limiters validated for `num_actors`)."""
+
+    @abc.abstractmethod
+    def make_adder(self, replay_address: str, environment_spec) -> Any:
+        """The object an actor writes experience through."""
+
+    @abc.abstractmethod
+    def make_learner(self, environment_spec, replicator, replay_address: str,
+                     logdir: Optional[str] = None) -> "Learner":
+        """The learner, its variables created under `replicator.scope()`."""
+
+    @abc.abstractmethod
+    def make_actor(self, environment_spec, variable_source: VariableSource, adder: Any,
+                   actor_index: int, seed: int, evaluation: bool = False) -> Actor:
+        """An actor; `evaluation=True` means greedy and no adder."""
