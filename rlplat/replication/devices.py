@@ -24,7 +24,8 @@ class ReplicationError(ValueError):
     """A replication setting that cannot work, with the fix in the message."""
 
 
-def _tf_context_initialized() -> bool:
+def runtime_started() -> bool:
+    """True once TensorFlow has created its runtime (devices are then fixed)."""
     # Listing logical devices initializes the runtime, so peek at the eager
     # context instead; this is the only way to ask without changing the answer.
     from tensorflow.python.eager import context  # pylint: disable=g-import-not-at-top
@@ -43,7 +44,7 @@ def configure_cpu_replicas(num_devices: int) -> None:
     if num_devices < 1:
         raise ReplicationError(f"num_replicas must be >= 1 (got {num_devices})")
     physical = tf.config.list_physical_devices("CPU")
-    if _tf_context_initialized():
+    if runtime_started():
         available = len(tf.config.list_logical_devices("CPU"))
         if available < num_devices:
             raise ReplicationError(

@@ -1,0 +1,111 @@
+"""The supervised learner: a model, an optimizer and the per-replica step.
+
+The learner owns the step only (the orbit split): ``train.py`` owns the loop,
+the logs and the checkpoints. ``step_fn`` is written for ONE replica and
+follows the platform's gradient convention (see
+``rlplat.replication.replicator``): the per-replica MEAN loss, gradients
+averaged with ``all_reduce(grads, "mean")``, and
+``apply_gradients(..., skip_gradients_aggregation=True)``.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterator, Optional
+
+import tensorflow as tf
+
+from agents.supervised import data
+from agents.supervised import networks
+from agents.supervised.config import SupervisedConfig
+from rlplat import replication
+
+
+class SupervisedLearner:
+    """Trains the digits classifier on every replica of a ``Replicator``.
+
+    Attributes:
+      model: the Keras classifier (variables mirrored over the replicas).
+      optimizer: Adam; its ``iterations`` equals ``step`` after every call.
+      step_counter: int64 variable, the number of gradient steps taken.
+    """
+
+    def __init__(self, config: SupervisedConfig, replicator: replication.Replicator):
+        config.check_replicas(replicator.num_replicas)
+        self._config = config
+        self._repl = replicator
+        with replicator.scope():
+            self.model = networks.make_classifier(
+                config.hidden_sizes, config.synchronized_batch_norm, seed=config.seed)
+            self.optimizer = tf.keras.optimizers.Adam(config.learning_rate)
+            # Slots exist before any restore, so a checkpoint loads at once
+            # instead of waiting for the first step (deferred restoration).
+            self.optimizer.build(self.model.trainable_variables)
+            # Incremented inside the step, so it cannot drift from the weights
+            # even when Ctrl-C lands between two calls.
+            self.step_counter = tf.Variable(
+                0, dtype=tf.int64, trainable=False, name="step",
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        self._held_out = None
+
+    # ------------------------------------------------------------------ train
+    def step_fn(self, batch) -> Dict[str, tf.Tensor]:
+        """One gradient step on this replica's batch ``(x [b, 64], y [b])``."""
+        x, y = batch
+        with tf.GradientTape() as tape:
+            logits = self.model(x, training=True)
+            # Per-replica MEAN loss: with equal per-replica batches the mean of
+            # these over replicas is the mean over the global batch.
+            loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
+                y, logits, from_logits=True))
+        variables = self.model.trainable_variables
+        grads = replication.all_reduce(tape.gradient(loss, variables), "mean")
+        self.optimizer.apply_gradients(zip(grads, variables), skip_gradients_aggregation=True)
+        self.step_counter.assign_add(1)
+        return {"loss": loss, "accuracy": _accuracy(logits, y)}
+
+    def train(self, iterator: Iterator, num_steps: int) -> Dict[str, float]:
+        """Runs ``num_steps`` steps in one ``tf.function`` call.
+
+        Returns the last step's loss and accuracy, averaged over replicas
+        (i.e. over the global batch).
+        """
+        metrics = self._repl.run_steps(self.step_fn, iterator, num_steps)
+        return {k: float(v) for k, v in metrics.items()}
+
+    # ------------------------------------------------------------------- eval
+    def evaluate(self, split: Optional[data.Split] = None) -> Dict[str, float]:
+        """Loss and accuracy of the model in inference mode on ``split``.
+
+        ``split`` defaults to the held-out set of the config's seed. The whole
+        split goes through the model at once (it is a few hundred examples).
+        """
+        if split is None:
+            if self._held_out is None:
+                _, self._held_out = data.load_splits(self._config.seed, self._config.held_out_fraction)
+            split = self._held_out
+        loss, accuracy = self._evaluate(tf.constant(split.x), tf.constant(split.y))
+        return {"loss": float(loss), "accuracy": float(accuracy)}
+
+    @tf.function
+    def _evaluate(self, x: tf.Tensor, y: tf.Tensor):
+        # Inference reads mirrored weights and the replica-averaged moving
+        # statistics in cross-replica context; no collectives are needed.
+        logits = self.model(x, training=False)
+        loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
+            y, logits, from_logits=True))
+        return loss, _accuracy(logits, y)
+
+    # ------------------------------------------------------------------ state
+    @property
+    def step(self) -> int:
+        """Gradient steps taken so far (restored from a checkpoint on resume)."""
+        return int(self.step_counter.numpy())
+
+    def checkpointables(self) -> Dict[str, tf.Module]:
+        """What a checkpoint must hold to resume exactly: weights, Adam state, step."""
+        return {"model": self.model, "optimizer": self.optimizer, "step": self.step_counter}
+
+
+def _accuracy(logits: tf.Tensor, labels: tf.Tensor) -> tf.Tensor:
+    predictions = tf.argmax(logits, axis=-1, output_type=labels.dtype)
+    return tf.reduce_mean(tf.cast(tf.equal(predictions, labels), tf.float32))

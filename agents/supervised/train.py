@@ -1,0 +1,141 @@
+"""The training loop: progress, metrics, evaluation, checkpoints and resume.
+
+``train(config, num_replicas, logdir, resume)`` owns the outer loop (the
+orbit "controller"); ``SupervisedLearner`` owns the step. Steps run in
+chunks of at most ``config.steps_per_loop`` inside one ``tf.function`` call,
+cut so that every log, eval and checkpoint step is a chunk boundary.
+
+Run directory layout:
+
+    <logdir>/config.json, run_info.json   what produced the run
+    <logdir>/metrics.jsonl                one JSON object per log line, all roles
+    <logdir>/tb/learner, tb/evaluator     TensorBoard event files, one writer per role
+    <logdir>/checkpoints/ckpt-<step>.*    the newest ``max_checkpoints_to_keep``
+
+Resume restores the newest checkpoint (weights, Adam state, step counter),
+restarts the data stream at that step (it is a pure function of seed and
+step), drops log lines written after that checkpoint, and appends from there:
+no step is repeated or lost. Ctrl-C saves a checkpoint before leaving.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict, Optional
+
+import tensorflow as tf
+import tqdm
+
+from agents.supervised import data
+from agents.supervised import learning
+from agents.supervised.config import SupervisedConfig
+from rlplat import replication
+from rlplat.utils import checkpointing
+from rlplat.utils import loggers
+from rlplat.utils import run_info
+
+CHECKPOINT_SUBDIR = "checkpoints"
+
+
+def check_logdir(logdir: str, resume: bool) -> None:
+    """Refuses to resume from nothing, or to start over on top of an earlier run."""
+    has_checkpoint = tf.train.latest_checkpoint(os.path.join(logdir, CHECKPOINT_SUBDIR)) is not None
+    if resume and not has_checkpoint:
+        raise ValueError(f"--resume found no checkpoint in {os.path.join(logdir, CHECKPOINT_SUBDIR)}; "
+                         "check --logdir or drop --resume to start a new run")
+    if not resume and has_checkpoint:
+        raise ValueError(f"{logdir} already holds a run with checkpoints; pass --resume to continue it "
+                         "or choose a new --logdir")
+
+
+def train(config: SupervisedConfig, num_replicas: Optional[int], logdir: str,
+          resume: bool = False, progress: Optional[bool] = None) -> Dict[str, Any]:
+    """Trains (or resumes training) up to ``config.num_steps`` steps.
+
+    Args:
+      config: the hyperparameters.
+      num_replicas: replicas on this machine (None: every GPU, or 1 on CPU).
+        On CPU, N replicas need N logical devices configured before TF starts
+        (``rlplat.utils.tf_setup.configure_tensorflow``).
+      logdir: the run directory (see the module docstring).
+      resume: continue from the newest checkpoint in ``logdir``.
+      progress: show a progress bar; None shows it only on a terminal.
+
+    Returns:
+      ``{"step", "held_out_accuracy", "held_out_loss", "seconds", "logdir"}``.
+    """
+    started = time.time()
+    check_logdir(logdir, resume)
+    repl = replication.make_replicator(num_replicas=num_replicas)
+    learner = learning.SupervisedLearner(config, repl)
+    checkpointer = checkpointing.Checkpointer(
+        os.path.join(logdir, CHECKPOINT_SUBDIR), is_chief=repl.is_chief,
+        max_to_keep=config.max_checkpoints_to_keep, **learner.checkpointables())
+    start_step = 0
+    if resume:
+        start_step = checkpointer.restore_latest()
+        if start_step != learner.step:
+            raise RuntimeError(f"checkpoint {checkpointer.latest_path} holds step {learner.step}, "
+                               f"not {start_step}; the run directory is damaged")
+    if repl.is_chief:
+        run_info.write_run_info(logdir, config.to_dict(), extra={
+            "num_replicas": repl.num_replicas, "resumed_from_step": start_step if resume else None})
+
+    def make_logger(role: str) -> loggers.MetricsLogger:
+        # Only the chief writes; the other workers log nowhere.
+        return loggers.make_logger(logdir, role, purge_after_step=start_step if resume else None,
+                                   tensorboard=repl.is_chief, jsonl=repl.is_chief)
+
+    learner_log, eval_log = make_logger("learner"), make_logger("evaluator")
+    bar = tqdm.tqdm(total=config.num_steps, initial=start_step, unit="step", dynamic_ncols=True,
+                    disable=None if progress is None else not progress, desc="supervised")
+    saved_step = start_step if resume else None
+    held_out = None
+    try:
+        if start_step < config.num_steps:
+            batches = repl.distribute(data.make_input_fn(
+                config.global_batch_size, config.seed, start_step=start_step,
+                held_out_fraction=config.held_out_fraction))
+        step = start_step
+        while step < config.num_steps:
+            chunk = _next_chunk(step, config)
+            chunk_start = time.perf_counter()
+            metrics = learner.train(batches, chunk)
+            seconds = time.perf_counter() - chunk_start
+            step = learner.step
+            bar.update(chunk)
+            bar.set_postfix(loss=f"{metrics['loss']:.4f}", acc=f"{metrics['accuracy']:.3f}", refresh=False)
+            last = step >= config.num_steps
+            if step % config.log_period == 0 or last:
+                learner_log.write(step, {**metrics, "steps_per_second": chunk / seconds,
+                                         "examples_per_second": chunk * config.global_batch_size / seconds})
+            if step % config.eval_period == 0 or last:
+                held_out = learner.evaluate()
+                eval_log.write(step, {"held_out_" + k: v for k, v in held_out.items()})
+                tqdm.tqdm.write(f"step {step}: held-out accuracy {held_out['accuracy']:.4f} "
+                                f"loss {held_out['loss']:.4f}")
+            if step % config.checkpoint_period == 0 or last:
+                checkpointer.save(step)
+                saved_step = step
+        if held_out is None:  # resumed a finished run: report it, train nothing
+            held_out = learner.evaluate()
+    except KeyboardInterrupt:
+        if learner.step != saved_step:
+            path = checkpointer.save(learner.step)
+            tqdm.tqdm.write(f"interrupted at step {learner.step}; saved {path or 'a checkpoint'}")
+        raise
+    finally:
+        bar.close()
+        learner_log.close()
+        eval_log.close()
+    return {"step": learner.step, "held_out_accuracy": held_out["accuracy"],
+            "held_out_loss": held_out["loss"], "seconds": time.time() - started, "logdir": logdir}
+
+
+def _next_chunk(step: int, config: SupervisedConfig) -> int:
+    """Steps until the next log/eval/checkpoint boundary, the end, or ``steps_per_loop``."""
+    distances = [config.num_steps - step, config.steps_per_loop]
+    for period in (config.log_period, config.eval_period, config.checkpoint_period):
+        distances.append(period - step % period)
+    return max(1, min(distances))

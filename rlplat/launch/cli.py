@@ -1,0 +1,53 @@
+"""The ``rlplat`` command line.
+
+    rlplat envs
+    rlplat train supervised [--num-replicas N] [--logdir DIR] [--resume] ...
+
+Commands come from the ``COMMANDS`` registry (modules of ``rlplat.launch``).
+TensorFlow is not imported until a command runs, after its flags are checked;
+``TF_CPP_MIN_LOG_LEVEL`` defaults to 2 for the whole process.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything can import TensorFlow
+
+import importlib  # noqa: E402
+import sys  # noqa: E402
+from typing import Optional, Sequence  # noqa: E402
+
+from rlplat.launch import common  # noqa: E402
+
+COMMANDS = (
+    "rlplat.launch.envs_command",
+    "rlplat.launch.train_command",
+)
+
+
+def build_parser() -> common.Parser:
+    parser = common.Parser(prog="rlplat", description="rlplat: distributed RL on Ray + tf.distribute")
+    commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND", required=True)
+    for module_name in COMMANDS:
+        module = importlib.import_module(module_name)
+        sub = commands.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+        module.add_arguments(sub)
+        sub.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Parses ``argv`` (default ``sys.argv[1:]``), runs the command, returns the exit code."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except common.UsageError as e:
+        common.fail(str(e))
+    except KeyboardInterrupt:
+        sys.stderr.write("rlplat: interrupted\n")
+        return common.EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

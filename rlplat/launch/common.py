@@ -1,0 +1,109 @@
+"""Pieces shared by the command modules: errors, parser, config flags, TF set-up.
+
+Exit codes: 0 success, 1 failure during a run (with a traceback), 2 usage
+error (one line on stderr: ``rlplat: error: <what to fix>``), 130 Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import os
+import sys
+from typing import Any, Dict, Iterable, Mapping, NoReturn, Optional
+
+EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class UsageError(Exception):
+    """A bad flag or value; the message is one line that names the fix."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with errors on ONE line: ``rlplat: error: <message> (see <prog> --help)``."""
+
+    def error(self, message: str) -> NoReturn:
+        fail(f"{message} (see `{self.prog} --help`)")
+
+
+def fail(message: str) -> NoReturn:
+    """Prints a one-line usage error and exits with code 2."""
+    sys.stderr.write(f"rlplat: error: {message}\n")
+    sys.exit(EXIT_USAGE)
+
+
+# ------------------------------------------------------------------- run flags
+def add_run_flags(parser: argparse.ArgumentParser, agent: str) -> None:
+    """``--num-replicas``, ``--logdir``, ``--resume``, ``--progress``: every training command has them."""
+    parser.add_argument("--num-replicas", type=int, default=None, metavar="N",
+                        help="replicas on this machine (default: every GPU, or 1 on CPU, where N "
+                             "replicas are N logical CPU devices)")
+    parser.add_argument("--logdir", default=None, metavar="DIR",
+                        help=f"run directory (default: runs/{agent}-<timestamp>); required with --resume")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --logdir from its newest checkpoint")
+    parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                        help="show a progress bar (default: only on a terminal)")
+
+
+def check_run_flags(args: argparse.Namespace, agent: str) -> str:
+    """Validates the run flags; returns the run directory."""
+    if args.num_replicas is not None and args.num_replicas < 1:
+        raise UsageError(f"--num-replicas must be >= 1 (got {args.num_replicas}); pass 1 or more")
+    if args.resume and not args.logdir:
+        raise UsageError("--resume needs --logdir DIR naming the run to continue "
+                         f"(e.g. --logdir runs/{agent}-20260101-120000)")
+    if args.logdir:
+        return args.logdir
+    return os.path.join("runs", f"{agent}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+
+
+# ---------------------------------------------------------------- config flags
+def add_config_flags(parser: argparse.ArgumentParser, config_cls: type,
+                     helps: Mapping[str, str]) -> None:
+    """One ``--field-name`` flag per config field in ``helps`` (name -> help text).
+
+    Flags default to None, meaning "the config's own default" (shown in --help).
+    """
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    for name, text in helps.items():
+        field = fields[name]
+        default = field.default
+        if isinstance(default, tuple):
+            kind, shown = _int_list, ",".join(str(x) for x in default)
+        elif isinstance(default, bool):
+            parser.add_argument("--" + name.replace("_", "-"), dest=name, default=None,
+                                action=argparse.BooleanOptionalAction, help=f"{text} (default: {default})")
+            continue
+        else:
+            kind, shown = type(default), default
+        parser.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None,
+                            metavar=name.split("_")[-1].upper(), help=f"{text} (default: {shown})")
+
+
+def config_from_args(config_cls: type, args: argparse.Namespace, names: Iterable[str]) -> Any:
+    """Builds the frozen config from the flags given; bad values become a UsageError."""
+    overrides: Dict[str, Any] = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
+    try:
+        return config_cls(**overrides)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+
+
+def _int_list(text: str) -> tuple:
+    try:
+        return tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 256,128, got {text!r}") from None
+
+
+# -------------------------------------------------------------------- TF set-up
+def setup_tensorflow(num_replicas: Optional[int]) -> None:
+    """Threads and logical CPU devices for ``num_replicas``, before TF runs any op."""
+    from rlplat.utils import tf_setup  # pylint: disable=g-import-not-at-top
+
+    try:
+        tf_setup.configure_tensorflow(num_cpu_replicas=num_replicas)
+    except ValueError as e:  # ReplicationError: too late, or an impossible device count
+        raise UsageError(str(e)) from None

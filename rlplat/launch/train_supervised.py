@@ -1,0 +1,57 @@
+"""``rlplat train supervised``: the digits classifier on the replication core."""
+
+from __future__ import annotations
+
+import argparse
+
+from agents.supervised.config import SupervisedConfig  # light: no TensorFlow
+from rlplat.launch import common
+
+NAME = "supervised"
+HELP = "train the digits classifier (scikit-learn digits, sync batch norm) on N replicas"
+AGENT = "supervised"
+CONFIG_FLAGS = {
+    "num_steps": "total gradient steps (a resumed run stops here too)",
+    "global_batch_size": "examples per step over all replicas",
+    "learning_rate": "Adam learning rate",
+    "seed": "fixes the data split, data order and initial weights",
+    "hidden_sizes": "widths of the Dense-BatchNorm-ReLU blocks, comma-separated",
+    "log_period": "steps between training-metric log lines",
+    "eval_period": "steps between held-out evaluations",
+    "checkpoint_period": "steps between checkpoints",
+    "synchronized_batch_norm": "batch-norm statistics over the global batch (else per replica)",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    common.add_run_flags(parser, AGENT)
+    common.add_config_flags(parser, SupervisedConfig, CONFIG_FLAGS)
+
+
+def run(args: argparse.Namespace) -> int:
+    # Everything that can be a usage error is checked before TensorFlow
+    # starts; devices are configured before any op runs.
+    logdir = common.check_run_flags(args, AGENT)
+    config = common.config_from_args(SupervisedConfig, args, CONFIG_FLAGS)
+    if args.num_replicas is not None:
+        try:
+            config.check_replicas(args.num_replicas)
+        except ValueError as e:
+            raise common.UsageError(str(e)) from None
+    common.setup_tensorflow(args.num_replicas)
+    from agents.supervised import train  # pylint: disable=g-import-not-at-top  (imports TF)
+
+    try:
+        train.check_logdir(logdir, args.resume)
+    except ValueError as e:
+        raise common.UsageError(str(e)) from None
+    from rlplat.replication import ReplicationError  # pylint: disable=g-import-not-at-top
+
+    print(f"{'resuming' if args.resume else 'run'} in {logdir}", flush=True)
+    try:
+        summary = train.train(config, args.num_replicas, logdir, resume=args.resume, progress=args.progress)
+    except ReplicationError as e:  # a device/cluster setting, found while building the strategy
+        raise common.UsageError(str(e)) from None
+    print(f"done: step {summary['step']}, held-out accuracy {summary['held_out_accuracy']:.4f}, "
+          f"{summary['seconds']:.1f} s; logs in {logdir}", flush=True)
+    return 0

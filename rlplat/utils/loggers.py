@@ -1,0 +1,168 @@
+"""Metrics logging: TensorBoard scalars, a JSONL file and the console.
+
+One ``MetricsLogger`` per role (learner, evaluator, actor_3, ...):
+
+- TensorBoard: one event-file writer per role under ``<logdir>/tb/<role>``,
+  so TensorBoard shows each role as its own run.
+- JSONL: one JSON object per line in ``<logdir>/metrics.jsonl``, shared by
+  all roles of the run: ``{"step": 300, "wall_time": 1.7e9, "role":
+  "learner", "loss": 0.05, ...}``. Each record is one ``write`` to a file
+  opened in append mode, so a resumed run (and other roles) add to the same
+  file. Non-finite floats are written as ``NaN``/``Infinity``, which Python's
+  ``json`` and pandas read back.
+- Console: an optional one-line summary per write.
+
+On resume, pass ``purge_after_step=<restored step>``: this role's JSONL lines
+with a larger step (logged after the last checkpoint by the run that died)
+are dropped, so the file has no repeated steps. (TensorBoard keeps such
+events; its viewer shows the latest value per step.)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import os
+import time
+from typing import Any, Callable, Dict, Mapping, Optional
+
+import numpy as np
+import tensorflow as tf
+
+JSONL_NAME = "metrics.jsonl"
+
+
+class MetricsLogger:
+    """Writes scalar metrics for one role to TensorBoard, JSONL and the console."""
+
+    def __init__(self, logdir: str, role: str, *, tensorboard: bool = True, jsonl: bool = True,
+                 console: bool = False, print_fn: Callable[[str], None] = print,
+                 purge_after_step: Optional[int] = None):
+        if not role or os.sep in role:
+            raise ValueError(f"role must be a non-empty name without {os.sep!r} (got {role!r})")
+        self.logdir = logdir
+        self.role = role
+        self._print = print_fn if console else None
+        os.makedirs(logdir, exist_ok=True)
+        self._writer = tf.summary.create_file_writer(os.path.join(logdir, "tb", role)) if tensorboard else None
+        self.jsonl_path = os.path.join(logdir, JSONL_NAME) if jsonl else None
+        self._jsonl = None
+        if self.jsonl_path:
+            if purge_after_step is not None:
+                purge_jsonl(self.jsonl_path, role, purge_after_step)
+            self._jsonl = open(self.jsonl_path, "a", encoding="utf-8")
+            if self._jsonl.tell() and not _ends_with_newline(self.jsonl_path):
+                self._jsonl.write("\n")  # a record cut short by a crash stays on its own line
+
+    def write(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """Logs ``metrics`` (name -> scalar) at ``step``."""
+        step = int(step)
+        values = {name: _to_python(value) for name, value in metrics.items()}
+        if self._writer is not None:
+            with self._writer.as_default():
+                for name, value in values.items():
+                    if isinstance(value, (int, float)) and not isinstance(value, bool):
+                        tf.summary.scalar(name, value, step=step)
+        if self._jsonl is not None:
+            record = {"step": step, "wall_time": time.time(), "role": self.role, **values}
+            self._jsonl.write(json.dumps(record) + "\n")
+            self._jsonl.flush()
+        if self._print is not None:
+            shown = " ".join(f"{k}={_format(v)}" for k, v in values.items())
+            self._print(f"[{self.role}] step={step} {shown}")
+
+    def flush(self) -> None:
+        if self._writer is not None:
+            self._writer.flush()
+        if self._jsonl is not None:
+            self._jsonl.flush()
+
+    def close(self) -> None:
+        """Flushes and closes the files; further writes fail."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        if self._jsonl is not None:
+            self._jsonl.close()
+            self._jsonl = None
+
+    def __enter__(self) -> "MetricsLogger":
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+def make_logger(logdir: str, role: str, *, console: bool = False,
+                purge_after_step: Optional[int] = None, **kwargs) -> MetricsLogger:
+    """The standard logger for ``role``: TensorBoard + ``metrics.jsonl`` (+ console)."""
+    return MetricsLogger(logdir, role, console=console, purge_after_step=purge_after_step, **kwargs)
+
+
+def read_jsonl(path: str, role: Optional[str] = None) -> "list[Dict[str, Any]]":
+    """The records of a metrics file (optionally one role's), skipping damaged lines."""
+    records = []
+    if not os.path.exists(path):
+        return records
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(record, dict) and (role is None or record.get("role") == role):
+                records.append(record)
+    return records
+
+
+def purge_jsonl(path: str, role: str, after_step: int) -> int:
+    """Drops ``role``'s records with ``step > after_step`` (and damaged lines); returns how many."""
+    if not os.path.exists(path):
+        return 0
+    kept, dropped = [], 0
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                dropped += line.strip() != ""
+                continue
+            if record.get("role") == role and record.get("step", -1) > after_step:
+                dropped += 1
+            else:
+                kept.append(line if line.endswith("\n") else line + "\n")
+    if dropped:
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.writelines(kept)
+        os.replace(tmp, path)  # atomic: a crash leaves the old or the new file
+    return dropped
+
+
+def _ends_with_newline(path: str) -> bool:
+    with open(path, "rb") as f:
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) == b"\n"
+
+
+def _to_python(value: Any) -> Any:
+    if isinstance(value, (tf.Tensor, tf.Variable)):
+        value = value.numpy()
+    if isinstance(value, np.ndarray):
+        if value.size != 1:
+            raise ValueError(f"metrics must be scalars, got an array of shape {value.shape}")
+        value = value.reshape(()).item()
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
+def _format(value: Any) -> str:
+    if isinstance(value, float) and math.isfinite(value):
+        return f"{value:.4g}"
+    return str(value)

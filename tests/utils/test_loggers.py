@@ -1,0 +1,74 @@
+"""MetricsLogger: JSONL lines, append on reopen, purge on resume, TensorBoard events."""
+
+import glob
+import json
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from rlplat.utils import loggers
+
+
+def _lines(logdir):
+    with open(os.path.join(logdir, loggers.JSONL_NAME)) as f:
+        return [json.loads(line) for line in f]
+
+
+def test_jsonl_lines_parse_and_append_on_reopen(tmp_path):
+    logdir = str(tmp_path)
+    with loggers.make_logger(logdir, "learner") as log:
+        log.write(1, {"loss": np.float32(0.5), "count": np.int64(3), "t": tf.constant(2.0)})
+    with loggers.make_logger(logdir, "learner") as log:  # e.g. a resumed run
+        log.write(2, {"loss": 0.25})
+    with loggers.make_logger(logdir, "evaluator") as log:
+        log.write(2, {"accuracy": 0.9})
+    records = _lines(logdir)
+    assert [(r["role"], r["step"]) for r in records] == [("learner", 1), ("learner", 2), ("evaluator", 2)]
+    assert records[0]["loss"] == 0.5 and records[0]["count"] == 3 and records[0]["t"] == 2.0
+    assert all(isinstance(r["wall_time"], float) for r in records)
+
+
+def test_purge_drops_only_this_roles_later_lines_and_damaged_ones(tmp_path):
+    logdir = str(tmp_path)
+    with loggers.make_logger(logdir, "learner") as log:
+        for step in (10, 20, 30):
+            log.write(step, {"loss": 1.0})
+    with loggers.make_logger(logdir, "evaluator") as log:
+        log.write(30, {"accuracy": 0.5})
+    with open(os.path.join(logdir, loggers.JSONL_NAME), "a") as f:
+        f.write('{"step": 40, "ro')  # cut short by a crash
+    with loggers.make_logger(logdir, "learner", purge_after_step=20) as log:
+        log.write(30, {"loss": 0.5})
+    assert [(r["role"], r["step"]) for r in _lines(logdir)] == [
+        ("learner", 10), ("learner", 20), ("evaluator", 30), ("learner", 30)]
+
+
+def test_damaged_last_line_does_not_swallow_the_next_record(tmp_path):
+    path = tmp_path / loggers.JSONL_NAME
+    path.write_text('{"step": 1, "role": "learner"}\n{"step": 2, "ro')
+    with loggers.make_logger(str(tmp_path), "learner", tensorboard=False) as log:
+        log.write(3, {"loss": 1.0})
+    assert [r["step"] for r in loggers.read_jsonl(str(path))] == [1, 3]
+
+
+def test_tensorboard_events_hold_the_scalars_per_role(tmp_path):
+    with loggers.make_logger(str(tmp_path), "learner") as log:
+        log.write(5, {"loss": 0.125})
+        log.write(6, {"loss": 0.0625})
+    files = glob.glob(os.path.join(tmp_path, "tb", "learner", "events.out.tfevents.*"))
+    assert len(files) == 1
+    seen = []
+    for event in tf.compat.v1.train.summary_iterator(files[0]):
+        for value in event.summary.value:
+            seen.append((event.step, value.tag, float(tf.make_ndarray(value.tensor))))
+    assert seen == [(5, "loss", 0.125), (6, "loss", 0.0625)]
+
+
+def test_console_output_and_disabled_sinks(tmp_path):
+    printed = []
+    with loggers.MetricsLogger(str(tmp_path), "actor_0", tensorboard=False, jsonl=False,
+                               console=True, print_fn=printed.append) as log:
+        log.write(7, {"episode_return": 12.5})
+    assert printed == ["[actor_0] step=7 episode_return=12.5"]
+    assert os.listdir(tmp_path) == []
