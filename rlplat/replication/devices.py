@@ -7,8 +7,11 @@ The choice, in order:
    (MultiWorkerMirroredStrategy);
 3. several local devices: all local GPUs, or `num_replicas` logical CPU
    devices on a CPU-only machine (MirroredStrategy);
-4. otherwise one device (OneDeviceStrategy), so the same code path (replica
-   context, collectives, distributed datasets) runs everywhere.
+4. otherwise one device: TF's default strategy, or OneDeviceStrategy when an
+   explicit device is named. Both give the same code path (replica context,
+   collectives, distributed datasets); the default strategy adds no wrapping
+   at all, which OneDeviceStrategy's device-copying iterator does (~20% per
+   step of the supervised workload, bench/replication.py).
 """
 
 from __future__ import annotations
@@ -107,6 +110,8 @@ def make_strategy(num_replicas: Optional[int] = None,
 
     if devices is None:
         devices = _local_devices(num_replicas)
+        if len(devices) == 1:
+            return tf.distribute.get_strategy()
     if len(devices) == 1:
         return tf.distribute.OneDeviceStrategy(devices[0])
     return tf.distribute.MirroredStrategy(

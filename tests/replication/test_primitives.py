@@ -140,6 +140,8 @@ def test_more_replicas_than_configured_devices_names_the_fix():
         replication.make_replicator(num_replicas=64)
 
 
-def test_single_replica_uses_one_device_strategy():
-    assert isinstance(replication.make_replicator().strategy, tf.distribute.OneDeviceStrategy)
+def test_strategy_choice_for_local_devices():
+    # One replica runs on TF's default strategy: no wrapping, no overhead.
+    assert replication.make_replicator().strategy is tf.distribute.get_strategy()
+    assert isinstance(replication.make_replicator(devices=["/cpu:1"]).strategy, tf.distribute.OneDeviceStrategy)
     assert isinstance(replication.make_replicator(num_replicas=2).strategy, tf.distribute.MirroredStrategy)
