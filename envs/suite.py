@@ -82,6 +82,11 @@ def _parse_name(name: str) -> tuple[str, str]:
     return domain, task
 
 
+def check_name(name: str) -> None:
+    """Validates "domain:task" without building anything (for CLIs, before work starts)."""
+    _parse_name(name)
+
+
 def _check_int(value, what: str, minimum: int, *, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
