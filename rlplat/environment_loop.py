@@ -1,0 +1,166 @@
+"""An agent-agnostic actor/environment loop that runs chunks of steps.
+
+Remote layouts call ``run_steps(n)`` once per chunk (hundreds to thousands of
+steps), never once per step: a Ray call costs ~0.6 ms, several env steps. The
+loop keeps the episode in progress across chunks, so chunk boundaries do not
+cut episodes.
+
+Every chunk returns counts and a time split (env / policy / observe (the
+adder's write) / update (weight pulls) / other) so throughput problems are
+visible without a profiler.
+
+MuJoCo ``PhysicsError`` (the simulation diverged): the episode ends as a
+TERMINATION (discount 0, reward 0, the last good observation), so nothing
+bootstraps from a broken state; the error is counted and the loop carries on
+with a fresh episode.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import dm_env
+import numpy as np
+
+from rlplat import core
+
+
+def _physics_errors() -> Tuple[type, ...]:
+    # Imported lazily so the loop works without dm_control/mujoco installed.
+    found: List[type] = []
+    try:
+        from dm_control.rl import control  # pylint: disable=g-import-not-at-top
+
+        found.append(control.PhysicsError)
+    except ImportError:
+        pass
+    try:
+        import mujoco  # pylint: disable=g-import-not-at-top
+
+        found.append(mujoco.FatalError)
+    except (ImportError, AttributeError):
+        pass
+    return tuple(found)
+
+
+class EnvironmentLoop:
+    """Runs an actor in an environment, in chunks of steps or whole episodes.
+
+    Args:
+      environment: a ``dm_env.Environment``.
+      actor: a ``core.Actor``; it receives every step through
+        ``observe_first``/``observe`` and ``update()`` after every step (the
+        actor decides when a pull is due).
+      counter_fn: optional callback, called once per ``run_steps`` chunk with
+        the chunk's stats (e.g. to add to a shared counter). Never per step.
+      physics_errors: exception types that mean "the simulation diverged";
+        defaults to dm_control's ``PhysicsError`` and ``mujoco.FatalError``.
+    """
+
+    def __init__(self, environment: dm_env.Environment, actor: core.Actor,
+                 counter_fn: Optional[Callable[[Dict[str, Any]], None]] = None,
+                 physics_errors: Optional[Tuple[type, ...]] = None):
+        self._env = environment
+        self._actor = actor
+        self._counter_fn = counter_fn
+        self._physics_errors = _physics_errors() if physics_errors is None else tuple(physics_errors)
+        self._timestep: Optional[dm_env.TimeStep] = None  # None: start a new episode.
+        self._episode_return = 0.0
+        self._episode_length = 0
+        self.total_steps = 0
+        self.total_episodes = 0
+        self.total_physics_errors = 0
+
+    # -------------------------------------------------------------- chunks
+    def run_steps(self, num_steps: int) -> Dict[str, Any]:
+        """Runs exactly ``num_steps`` environment steps (episodes continue across calls).
+
+        Returns:
+          ``env_steps``, ``episodes`` (completed in this chunk),
+          ``episode_returns``/``episode_lengths`` (of those episodes),
+          ``physics_errors``, ``policy_version`` and seconds spent in
+          ``env_s``, ``policy_s``, ``observe_s``, ``update_s`` and in total
+          (``wall_s``), plus ``steps_per_s``.
+        """
+        if num_steps < 1:
+            raise ValueError(f"num_steps must be >= 1 (got {num_steps})")
+        stats = self._run(num_steps, stop_at_episode_end=False)
+        if self._counter_fn is not None:
+            self._counter_fn(stats)
+        return stats
+
+    def _run(self, num_steps: int, stop_at_episode_end: bool) -> Dict[str, Any]:
+        env, actor = self._env, self._actor
+        clock = time.perf_counter
+        t_env = t_policy = t_observe = t_update = 0.0
+        returns: List[float] = []
+        lengths: List[int] = []
+        physics_errors = 0
+        start = clock()
+        steps = 0
+        while steps < num_steps:
+            if self._timestep is None:
+                t0 = clock()
+                self._timestep = env.reset()
+                t1 = clock()
+                actor.observe_first(self._timestep)
+                t_env += t1 - t0
+                t_observe += clock() - t1
+                self._episode_return, self._episode_length = 0.0, 0
+            t0 = clock()
+            action = actor.select_action(self._timestep.observation)
+            t1 = clock()
+            try:
+                timestep = env.step(action)
+            except self._physics_errors:  # pylint: disable=catching-non-exception
+                timestep = dm_env.TimeStep(dm_env.StepType.LAST, np.float32(0.0),
+                                           np.float32(0.0), self._timestep.observation)
+                physics_errors += 1
+            t2 = clock()
+            actor.observe(action, timestep)
+            t3 = clock()
+            actor.update()
+            t4 = clock()
+            t_policy += t1 - t0
+            t_env += t2 - t1
+            t_observe += t3 - t2
+            t_update += t4 - t3
+            steps += 1
+            self._episode_return += float(timestep.reward or 0.0)
+            self._episode_length += 1
+            if timestep.last():
+                returns.append(self._episode_return)
+                lengths.append(self._episode_length)
+                self._timestep = None
+                if stop_at_episode_end:
+                    break
+            else:
+                self._timestep = timestep
+        wall = clock() - start
+        self.total_steps += steps
+        self.total_episodes += len(returns)
+        self.total_physics_errors += physics_errors
+        return {
+            "env_steps": steps, "episodes": len(returns),
+            "episode_returns": returns, "episode_lengths": lengths,
+            "physics_errors": physics_errors,
+            "policy_version": actor.policy_version,
+            "env_s": t_env, "policy_s": t_policy, "observe_s": t_observe,
+            "update_s": t_update, "wall_s": wall,
+            "steps_per_s": steps / wall if wall > 0 else float("inf"),
+        }
+
+    # ------------------------------------------------------------- episodes
+    def run_episode(self) -> Dict[str, Any]:
+        """Runs one whole, fresh episode (for evaluation); returns its return and length.
+
+        An episode in progress from ``run_steps`` is abandoned. ``counter_fn``
+        is not called (evaluation steps are not training steps).
+        """
+        self._timestep = None
+        stats = self._run(2**62, stop_at_episode_end=True)
+        return {"episode_return": stats["episode_returns"][0],
+                "episode_length": stats["episode_lengths"][0],
+                "physics_error": bool(stats["physics_errors"]),
+                "policy_version": stats["policy_version"], "wall_s": stats["wall_s"]}
