@@ -11,6 +11,9 @@ from rlplat.replay.datasets import translate_sampling_errors
 from rlplat.replay.datasets import wait_for_table_size
 from rlplat.replay.errors import ReplayTimeoutError
 from rlplat.replay.server import ReplayHandle
+from rlplat.replay.sequence_adder import SequenceAdder
+from rlplat.replay.sequence_signature import SequenceStep
+from rlplat.replay.sequence_signature import sequence_signature
 from rlplat.replay.server import make_server
 from rlplat.replay.server import wait_for_server
 from rlplat.replay.signature import transition_signature

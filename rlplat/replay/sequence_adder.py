@@ -1,0 +1,289 @@
+"""SequenceAdder: fixed-length unrolls for IMPALA-style learners, on a Reverb queue.
+
+Item layout (T = ``unroll_length``; steps k = 0..T; fields ``SequenceStep``).
+Step k holds observation o_k, the action a_k taken there, the reward and env
+discount of o_k -> o_{k+1}, the behaviour policy's ``extras`` and
+``behaviour_log_prob`` at o_k, the ``policy_version`` that chose a_k, and
+``mask`` = 1. Step T is the bootstrap step: it is ALSO step 0 of the next
+unroll, so consecutive unrolls of an episode overlap by exactly one step.
+
+Episode ends. An unroll never spans two episodes. When the episode ends after
+the transition of step j (LAST timestep): step j+1 holds the episode's final
+observation with ``mask`` 0 and zeros in every other field, steps j+2..T are
+all zeros (``mask`` 0), the item is written, and the next episode starts a
+fresh unroll at its first observation. Step j keeps the env discount:
+0 = termination, > 0 = truncation (time limit). Every item's step 0 is real.
+
+Learner recipe (time-major, after transposing the [B, T+1] batch)::
+
+  values = V(observation)                        # [T+1, B]
+  vtrace(v_tm1=values[:-1], v_t=values[1:], r_t=reward[:-1],
+         discount_t=gamma * discount[:-1], log_rho_tm1=log_pi[:-1] - behaviour_log_prob[:-1],
+         mask_t=mask[:-1])
+
+so a truncated episode bootstraps from V(its final observation) and the
+trace stops there (``mask`` of the next step is 0); a terminated one does not
+bootstrap (discount 0). The next episode is never in the same item.
+
+Cost. Each item is exactly one chunk of T+1 steps: the bootstrap step is
+appended twice (once per unroll) instead of being shared, so a sampled unroll
+transfers T+1 steps rather than its own chunk plus the previous one; the
+price is one extra append per T steps. The writer is flushed once per item.
+With a queue table, inserts block while the queue is full (back-pressure on
+actors): that is normal, but every wait has ``insert_timeout_s``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Optional
+
+import dm_env
+import numpy as np
+import reverb
+import tree
+
+from rlplat.replay import errors
+from rlplat.replay.sequence_signature import (
+    SequenceStep,
+    as_sequence_step,
+    step_signature,
+    unroll_length_of,
+)
+from rlplat.replay.signature import check_against_signature
+
+
+def _to_f32(value: Any) -> Any:
+    # Always copy: the observation is kept until the next step and some
+    # environments mutate their observation buffers in place.
+    return tree.map_structure(lambda v: np.array(v, np.float32), value)
+
+
+def queue_insert_timeout(address: str, table: str, timeout_s: float) -> Exception:
+    """Explains an insert that timed out; a full queue gets its own message."""
+    infos = errors.probe_server(address, 1.0)
+    if infos is None:
+        return errors.server_unreachable(address, timeout_s)
+    info = infos.get(table)
+    if info is None or info.current_size < info.max_size:
+        return errors.insert_timeout(address, table, timeout_s)
+    return errors.ReplayTimeoutError(
+        f"replay queue {table!r} at {address} is full ({info.current_size}/"
+        f"{info.max_size} unrolls) and took no new unroll within {timeout_s:g}s: "
+        f"the learner is not consuming; is it running? (waiting is normal "
+        f"back-pressure; raise the adder's insert_timeout_s if the learner "
+        f"pauses for longer)"
+    )
+
+
+class SequenceAdder:
+    """Writes unrolls of T transitions (+ the bootstrap step) to a Reverb table.
+
+    Use: ``add_first(timestep)``, then per env step
+    ``add(action, next_timestep, extras=..., behaviour_log_prob=...,
+    policy_version=...)``, where ``extras`` and ``behaviour_log_prob`` are the
+    behaviour policy's outputs at the observation ``action`` was taken at.
+    """
+
+    def __init__(
+        self,
+        client: reverb.Client,
+        table: str,
+        unroll_length: int,
+        *,
+        signature: Optional[Any] = None,
+        priority: float = 1.0,
+        max_in_flight_items: int = 1,
+        insert_timeout_s: float = 300.0,
+        connect_timeout_s: float = 30.0,
+    ):
+        """Creates the adder and its writer.
+
+        Args:
+          client: A ``reverb.Client`` of the replay server.
+          table: Table to insert into (normally ``make_queue_table``).
+          unroll_length: T >= 1; must match the table's signature.
+          signature: ``sequence_signature(...)`` of the table; None fetches it.
+          priority: Priority of every item (ignored by queues).
+          max_in_flight_items: Items that may stay unconfirmed after each
+            per-item flush (0 = every insert is synchronous). 1 lets the actor
+            collect the next unroll while the previous one is in transit.
+          insert_timeout_s: Timeout of every blocking wait (per-item flush,
+            episode end, close). Long by default: a full queue blocks actors
+            until the learner catches up.
+          connect_timeout_s: Timeout for reaching the server in ``__init__``.
+        """
+        if unroll_length < 1:
+            raise ValueError(f"unroll_length={unroll_length} must be >= 1")
+        if max_in_flight_items < 0:
+            raise ValueError(f"max_in_flight_items={max_in_flight_items} must be >= 0")
+        self._address = client.server_address
+        info = errors.table_info(self._address, table, connect_timeout_s)
+        signature = as_sequence_step(info.signature if signature is None else signature)
+        if not isinstance(signature, SequenceStep):
+            raise ValueError(
+                f"replay table {table!r} has no sequence signature; create it with "
+                f"sequence_signature(obs_spec, action_spec, extras_spec, {unroll_length})"
+            )
+        if unroll_length_of(signature) != unroll_length:
+            raise ValueError(
+                f"unroll_length={unroll_length} but table {table!r} holds unrolls of "
+                f"{unroll_length_of(signature)}; use the same unroll_length for both"
+            )
+        self._table = table
+        self._n = unroll_length + 1  # Steps per item.
+        self._priority = float(priority)
+        self._max_in_flight = max_in_flight_items
+        self._timeout_s = insert_timeout_s
+        self._timeout_ms = int(insert_timeout_s * 1000)
+        self._step_spec = step_signature(signature)
+        leaves = tree.flatten(self._step_spec)
+        self._zeros = [np.zeros(s.shape, s.dtype.as_numpy_dtype) for s in leaves]
+        self._num_obs = len(tree.flatten(self._step_spec.observation))
+
+        self._writer = client.trajectory_writer(num_keep_alive_refs=self._n, validate_items=False)
+        for i in range(len(leaves)):
+            # One chunk per item, aligned because every unroll is exactly n appends.
+            self._writer.configure((i,), num_keep_alive_refs=self._n, max_chunk_length=self._n)
+        self._cpp = None  # Direct C++ writer, set after the first append.
+        self._unroll: List[List[Any]] = []  # Per appended step: its column refs.
+        self._obs: Any = None  # o_k (float32 copy), awaiting its action.
+        self._checked = False
+        self._closed = False
+        self.num_items = 0
+
+    def add_first(self, timestep: dm_env.TimeStep) -> None:
+        """Starts an episode. An unfinished previous one is written as truncated."""
+        if self._closed:
+            raise RuntimeError("add_first() on a closed adder")
+        if self._unroll:  # No LAST seen: bootstrap from its latest observation.
+            self._finish_unroll()
+            self._end_episode()
+        self._obs = _to_f32(timestep.observation)
+
+    def add(
+        self,
+        action: Any,
+        next_timestep: dm_env.TimeStep,
+        *,
+        extras: Any,
+        behaviour_log_prob: float,
+        policy_version: int,
+    ) -> None:
+        """Records a_k (taken at the current observation) and its outcome."""
+        if self._obs is None:
+            raise RuntimeError("add() called before add_first() for this episode")
+        action, extras = _to_f32(action), _to_f32(extras)
+        if not self._checked:
+            self._check_first_step(action, next_timestep, extras, behaviour_log_prob)
+        flat = (
+            tree.flatten(self._obs)
+            + tree.flatten(action)
+            + [np.float32(next_timestep.reward), np.float32(next_timestep.discount)]
+            + tree.flatten(extras)
+            + [np.float32(behaviour_log_prob), np.int64(policy_version), np.float32(1.0)]
+        )
+        self._append(flat)
+        if len(self._unroll) == self._n:
+            self._write_item()
+            self._append(flat)  # The bootstrap step opens the next unroll.
+        self._obs = _to_f32(next_timestep.observation)
+        if next_timestep.last():
+            self._finish_unroll()
+            self._end_episode()
+            self._obs = None
+
+    def reset(self) -> None:
+        """Drops the episode in progress (its unfinished unroll is not written)."""
+        if self._unroll:
+            self._end_episode()  # Also realigns chunks with the next unroll.
+        self._obs = None
+
+    def flush(self) -> None:
+        """Blocks until every created item is confirmed by the server."""
+        self._call(self._writer.flush, 0, timeout_ms=self._timeout_ms)
+
+    def close(self) -> None:
+        """Flushes written items and closes the writer (idempotent).
+
+        An unfinished unroll is dropped; call ``add_first`` of a next episode
+        (or end the episode) first to keep it.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        self._unroll, self._obs = [], None
+        try:
+            self.flush()
+        finally:
+            self._writer.close()
+
+    def __enter__(self) -> "SequenceAdder":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+            return
+        try:  # Do not mask the original exception with a flush timeout.
+            self.close()
+        except Exception:  # pylint: disable=broad-except
+            pass
+
+    def _finish_unroll(self) -> None:
+        """Final-observation step (mask 0), zero padding to T+1, write."""
+        final = list(self._zeros)
+        final[: self._num_obs] = tree.flatten(self._obs)
+        self._append(final)
+        while len(self._unroll) < self._n:
+            self._append(self._zeros)
+        self._write_item()
+
+    def _append(self, flat: List[Any]) -> None:
+        if self._cpp is not None:
+            self._unroll.append(self._cpp.Append(flat))
+            return
+        self._writer.append(flat)  # First step: creates the configured columns.
+        self._unroll.append([next(iter(column[-1])) for column in self._writer.history])
+        # From now on talk to the C++ writer directly, as NStepTransitionAdder
+        # does: the wrapper's per-step bookkeeping buys nothing for flat steps.
+        cpp = getattr(self._writer, "_writer", None)
+        if hasattr(cpp, "Append") and hasattr(cpp, "CreateItem"):
+            self._cpp = cpp
+
+    def _write_item(self) -> None:
+        columns = [list(refs) for refs in zip(*self._unroll)]
+        if self._cpp is not None:
+            self._cpp.CreateItem(self._table, self._priority, columns, [False] * len(columns))
+        else:  # Unknown Reverb version: public API.
+            trajectory = [reverb.trajectory_writer.TrajectoryColumn(c) for c in columns]
+            self._writer.create_item(self._table, self._priority, trajectory)
+        self._unroll = []
+        self.num_items += 1
+        self._call(self._writer.flush, self._max_in_flight, timeout_ms=self._timeout_ms)
+
+    def _end_episode(self) -> None:
+        self._unroll = []
+        self._call(self._writer.end_episode, True, timeout_ms=self._timeout_ms)
+
+    def _call(self, fn, *args, **kwargs) -> None:
+        try:
+            fn(*args, **kwargs)
+        except reverb.errors.DeadlineExceededError as e:
+            raise queue_insert_timeout(self._address, self._table, self._timeout_s) from e
+
+    def _check_first_step(self, action, timestep, extras, behaviour_log_prob) -> None:
+        """Checks the first step against the table signature (one-line error)."""
+        for name, value in (
+            ("reward", timestep.reward),
+            ("discount", timestep.discount),
+            ("behaviour_log_prob", behaviour_log_prob),
+        ):
+            if value is None or np.shape(value) != ():
+                shape = None if value is None else np.shape(value)
+                raise ValueError(f"replay field {name!r}: got {shape}, expected a scalar")
+        sample = SequenceStep(
+            self._obs, action, np.float32(0), np.float32(0), extras, np.float32(0), np.int64(0),
+            np.float32(1),
+        )
+        check_against_signature(sample, self._step_spec, self._table)
+        self._checked = True
