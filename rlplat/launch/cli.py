@@ -23,6 +23,7 @@ from rlplat.launch import common  # noqa: E402
 COMMANDS = (
     "rlplat.launch.envs_command",
     "rlplat.launch.train_command",
+    "rlplat.launch.cluster_command",
 )
 
 
