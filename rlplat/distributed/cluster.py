@@ -1,0 +1,264 @@
+"""Connecting the driver to Ray: a private local instance, or a running cluster.
+
+``connect()`` with no address starts a LOCAL Ray instance sized for this
+machine, with no dashboard, quiet logs and every Ray server bound to the
+loopback interface (127.0.0.1), so nothing of it is reachable from the
+network. Ray 2.60 turns token authentication on for instances it starts; that
+stays on (the token lives in ``~/.ray/auth_token``; Ray handles it).
+
+``connect("HOST:PORT")`` / ``connect("auto")`` join an existing cluster (one
+started with ``ray start --head`` or ``ray up``). Ray's own connect can retry
+for a long time when the address is wrong, so the GCS port is checked with a
+plain socket first and ``ray.init`` itself runs under a deadline: a bad
+address always fails within ``timeout_s`` with ONE line naming the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import threading
+import time
+from typing import Optional, Tuple
+
+import ray
+
+from rlplat.utils import tf_setup
+
+# Ray picks the node's network IP even when asked for 127.0.0.1
+# (`resolve_ip_for_localhost`). This switch, which Ray itself uses on macOS
+# and Windows, makes it use loopback instead; it is read in the driver (the
+# module constant) and by the processes Ray starts (the environment).
+_LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+# A refused connection means nothing listens there now; waiting the full
+# timeout would only delay the error, but a head that is still starting
+# deserves a few seconds.
+_REFUSED_GRACE_S = 3.0
+
+
+class ClusterConnectionError(ConnectionError):
+    """Ray could not be reached or started; the message is one line with the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Connection:
+    """What ``connect`` did.
+
+    Attributes:
+      address: the GCS address (``host:port``) of the instance.
+      local: True when this process started the instance (it dies with us).
+      owned: True when this ``connect`` call initialised Ray in this process,
+        so the matching ``disconnect`` should shut it down; False when Ray was
+        already initialised (e.g. by a test fixture) and is left running.
+      session_dir: Ray's session directory (worker logs are under ``logs/``).
+      node_ip: the driver node's IP as Ray sees it (127.0.0.1 when local).
+    """
+
+    address: str
+    local: bool
+    owned: bool
+    session_dir: str
+    node_ip: str
+
+
+def connect(address: Optional[str] = None, num_cpus: Optional[int] = None,
+            timeout_s: float = 30.0, *, log_to_driver: bool = False,
+            logging_level: int = logging.ERROR) -> Connection:
+    """Starts or joins Ray; returns a ``Connection``.
+
+    Args:
+      address: None starts a local instance; ``"auto"`` joins the cluster
+        running on this machine (``ray start --head``) or named by
+        ``RAY_ADDRESS``; ``"HOST:PORT"`` joins the cluster whose head's GCS
+        listens there. If Ray is already initialised in this process, that
+        connection is reused whatever ``address`` says.
+      num_cpus: CPUs of a local instance (default: the CPUs this process may
+        use). Ignored when joining a cluster (its nodes declare their own).
+      timeout_s: bound on reaching a cluster.
+      log_to_driver: forward worker stdout/stderr to this process. Off by
+        default so the live console line stays readable; worker logs are in
+        ``<session_dir>/logs``.
+      logging_level: level of Ray's own Python loggers in this process.
+
+    Raises:
+      ClusterConnectionError: the cluster cannot be reached or refuses us.
+      ValueError: a malformed address.
+    """
+    if ray.is_initialized():
+        return _current(owned=False)
+    if address is None or address == "local":
+        return _start_local(num_cpus, log_to_driver, logging_level)
+    return _join(address, timeout_s, log_to_driver, logging_level)
+
+
+def disconnect(connection: Optional[Connection]) -> None:
+    """Shuts Ray down if ``connection`` started it; otherwise leaves it alone.
+
+    For a local instance this stops every Ray process (GCS, raylet, workers)
+    of the session; for a joined cluster it only disconnects the driver, which
+    ends the driver's non-detached actors.
+    """
+    if connection is not None and connection.owned and ray.is_initialized():
+        ray.shutdown()
+
+
+def _current(owned: bool, local: Optional[bool] = None) -> Connection:
+    context = ray.get_runtime_context()
+    node = ray._private.worker.global_worker.node  # pylint: disable=protected-access
+    address = context.gcs_address
+    node_ip = node.node_ip_address if node is not None else ray.util.get_node_ip_address()
+    if local is None:
+        local = node is not None and node.head and node_ip in ("127.0.0.1", "::1")
+    session_dir = node.get_session_dir_path() if node is not None else ""
+    return Connection(address=address, local=bool(local), owned=owned,
+                      session_dir=session_dir, node_ip=node_ip)
+
+
+def _start_local(num_cpus: Optional[int], log_to_driver: bool, logging_level: int) -> Connection:
+    num_cpus = tf_setup.available_cpus() if num_cpus is None else int(num_cpus)
+    if num_cpus < 1:
+        raise ValueError(f"num_cpus must be >= 1 (got {num_cpus})")
+    with _loopback_only():
+        ray.init(
+            address="local",  # never RAY_ADDRESS: no address means "start one here"
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            log_to_driver=log_to_driver,
+            logging_level=logging_level,
+            configure_logging=True,
+        )
+    return _current(owned=True, local=True)
+
+
+class _loopback_only:  # pylint: disable=invalid-name
+    """Makes a ``ray.init`` inside the block bind Ray's servers to 127.0.0.1.
+
+    Restored afterwards, so a later connection to a real cluster in the same
+    process resolves the node's network IP again. If a future Ray drops the
+    switch, Ray simply binds to the node IP (still behind token auth).
+    """
+
+    def __enter__(self):
+        from ray._private import ray_constants  # pylint: disable=g-import-not-at-top
+
+        self._constants = ray_constants
+        self._saved_env = os.environ.get(_LOOPBACK_SWITCH)
+        self._saved_const = getattr(ray_constants, "ENABLE_RAY_CLUSTER", None)
+        os.environ[_LOOPBACK_SWITCH] = "0"
+        if self._saved_const is not None:
+            ray_constants.ENABLE_RAY_CLUSTER = False
+        return self
+
+    def __exit__(self, *exc_info):
+        if self._saved_env is None:
+            os.environ.pop(_LOOPBACK_SWITCH, None)
+        else:
+            os.environ[_LOOPBACK_SWITCH] = self._saved_env
+        if self._saved_const is not None:
+            self._constants.ENABLE_RAY_CLUSTER = self._saved_const
+        return False
+
+
+def _join(address: str, timeout_s: float, log_to_driver: bool, logging_level: int) -> Connection:
+    shown = address
+    if address == "auto":
+        address = _resolve_auto()
+        shown = f"{address} (--address auto)"
+    host, port = parse_address(address)
+    _wait_reachable(host, port, timeout_s, shown)
+
+    # The port answers; now let Ray connect, under the same deadline (a port
+    # that is open but is not a Ray GCS would otherwise keep Ray retrying).
+    outcome: list = []
+
+    def init() -> None:
+        try:
+            ray.init(address=f"{host}:{port}", log_to_driver=log_to_driver,
+                     logging_level=logging_level, configure_logging=True)
+            outcome.append(None)
+        except BaseException as e:  # pylint: disable=broad-except
+            outcome.append(e)
+
+    # ray.init warns when it cannot install its SIGTERM handler off the main
+    # thread; the layout installs its own handlers anyway.
+    worker_log = logging.getLogger("ray._private.worker")
+    saved_level = worker_log.level
+    worker_log.setLevel(logging.ERROR)
+    thread = threading.Thread(target=init, name="ray-connect", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    worker_log.setLevel(saved_level)
+    if not outcome:
+        raise ClusterConnectionError(
+            f"Ray at {shown} accepted a connection but did not finish connecting within "
+            f"{timeout_s:g}s; check that it is a Ray head's GCS port (`ray status --address "
+            f"{host}:{port}`) or drop --address to run locally")
+    error = outcome[0]
+    if error is not None:
+        if ray.is_initialized():
+            ray.shutdown()
+        raise ClusterConnectionError(_init_error_message(shown, error)) from error
+    return _current(owned=True, local=False)
+
+
+def parse_address(address: str) -> Tuple[str, int]:
+    """Splits ``HOST:PORT`` (IPv6 as ``[::1]:6379``); raises a one-line ValueError."""
+    host, sep, port_text = address.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"--address must be 'auto' or HOST:PORT like 10.0.0.5:6379 (got {address!r})")
+    return host, int(port_text)
+
+
+def _resolve_auto() -> str:
+    try:
+        from ray._private import services  # pylint: disable=g-import-not-at-top
+
+        resolved = services.canonicalize_bootstrap_address("auto")
+    except ConnectionError as e:
+        raise ClusterConnectionError(
+            "--address auto found no running Ray cluster on this machine (and RAY_ADDRESS is "
+            "unset); start one with `ray start --head` or drop --address to run locally") from e
+    if not resolved:
+        raise ClusterConnectionError(
+            "--address auto found no running Ray cluster; start one with `ray start --head` "
+            "or drop --address to run locally")
+    return resolved
+
+
+def _wait_reachable(host: str, port: int, timeout_s: float, shown: str) -> None:
+    start = time.monotonic()
+    deadline = start + timeout_s
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            with socket.create_connection((host, port), timeout=max(0.1, min(remaining, 2.0))):
+                return
+        except socket.gaierror as e:
+            raise ClusterConnectionError(
+                f"could not resolve Ray host {host!r} in {shown} ({e.strerror}); fix --address "
+                "or drop it to run locally") from None
+        except OSError as e:
+            reason = "connection refused" if isinstance(e, ConnectionRefusedError) else (
+                e.strerror or type(e).__name__)
+            elapsed = time.monotonic() - start
+            gave_up = time.monotonic() >= deadline or (
+                isinstance(e, ConnectionRefusedError) and elapsed >= min(_REFUSED_GRACE_S, timeout_s))
+            if gave_up:
+                raise ClusterConnectionError(
+                    f"could not reach Ray at {shown} within {max(elapsed, 1):.0f}s ({reason}); start one "
+                    "with `ray start --head` or drop --address to run locally") from None
+        time.sleep(0.25)
+
+
+def _init_error_message(shown: str, error: BaseException) -> str:
+    text = " ".join(str(error).split())  # one line, whatever Ray printed
+    if "auth" in type(error).__name__.lower() or "token" in text.lower():
+        return (f"Ray at {shown} rejected this driver's authentication token ({text[:160]}); "
+                "copy the head's token (`ray get-auth-token` there) into ~/.ray/auth_token or "
+                "RAY_AUTH_TOKEN, or drop --address to run locally")
+    return (f"could not connect to Ray at {shown} ({type(error).__name__}: {text[:200]}); "
+            "check `ray status` on the head, or drop --address to run locally")

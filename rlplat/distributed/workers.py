@@ -1,0 +1,383 @@
+"""The workers of a distributed run, as plain classes Ray turns into actors.
+
+Each class is ordinary Python (so it can be built and tested in one process);
+``remote(cls, **options)`` makes the Ray actor class. Workers receive
+FACTORIES (the builder, an environment name) and addresses, never live
+objects: everything that holds a thread, a socket or a TF variable is made
+inside the worker's own process.
+
+Import discipline: this module must not import TensorFlow, Reverb or
+dm_control at the top. A worker's ``__init__`` sizes TF's thread pools and
+hides GPUs (``process.setup_worker``) before anything builds TF state; heavy
+modules are imported after that.
+
+Ray calls are for control only: an ``ActorWorker`` runs a whole chunk of
+environment steps per call, a ``LearnerWorker`` a chunk of learner steps.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+import warnings
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import ray
+
+from rlplat.distributed import counters
+from rlplat.distributed import process
+from rlplat.distributed.variables import RemoteVariableSource
+
+CHECKPOINT_SUBDIR = counters.CHECKPOINT_SUBDIR
+
+
+def remote(cls, **options):
+    """The Ray actor class of ``cls`` with ``options`` (num_cpus, max_restarts, ...)."""
+    return ray.remote(cls).options(**options)
+
+
+def node_ip() -> str:
+    """This process's node IP as Ray sees it (127.0.0.1 on a local instance)."""
+    return ray.util.get_node_ip_address()
+
+
+def _start_reverb(builder, environment_spec, num_actors: int):
+    """Starts a Reverb server with the builder's tables; returns (server, port).
+
+    Reverb 0.14 has no bind-address option: the server listens on all
+    interfaces ([::]:port) even when only local clients use it. On a shared
+    network, firewall the port range or run on a private network; Ray's own
+    servers, by contrast, are bound to loopback for local runs.
+    """
+    from rlplat.replay import server as replay_server  # pylint: disable=g-import-not-at-top
+
+    tables = builder.make_replay_tables(environment_spec, num_actors)
+    server = replay_server.make_server(tables)
+    return server, server.port
+
+
+def _make_environment(env_name: str, env_kwargs: Optional[Dict[str, Any]], seed: int):
+    from envs import make_environment  # pylint: disable=g-import-not-at-top  (loads dm_control)
+
+    return make_environment(env_name, seed=seed, **dict(env_kwargs or {}))
+
+
+def _make_loop(environment, actor):
+    from rlplat.environment_loop import EnvironmentLoop  # pylint: disable=g-import-not-at-top
+
+    return EnvironmentLoop(environment, actor)
+
+
+def _was_restarted() -> bool:
+    """True in a Ray actor that Ray restarted after a failure (False outside Ray)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Ray 2.60 calls its own deprecated actor_id inside
+            return bool(ray.get_runtime_context().was_current_actor_reconstructed)
+    except Exception:  # pylint: disable=broad-except  (not inside a Ray actor)
+        return False
+
+
+def _to_python(value: Any) -> Any:
+    """Stats as plain Python (floats, ints, lists): cheap to pickle, easy to log."""
+    if isinstance(value, dict):
+        return {k: _to_python(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_to_python(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist() if value.size != 1 else value.reshape(()).item()
+    if isinstance(value, np.generic):
+        return value.item()
+    if hasattr(value, "numpy"):  # a TF tensor
+        return _to_python(value.numpy())
+    return value
+
+
+# --------------------------------------------------------------------- replay
+class ReplayServer:
+    """Hosts a ``reverb.Server`` with the builder's tables (when not co-located).
+
+    Args:
+      builder: the agent's ``AgentBuilder`` (its tables, validated for
+        ``num_actors``).
+      environment_spec: the ``EnvironmentSpec`` the tables' signatures use.
+      num_actors: actors that will insert.
+      host: the address clients should use; None means this node's IP
+        (127.0.0.1 on a local instance).
+    """
+
+    def __init__(self, builder, environment_spec, num_actors: int, host: Optional[str] = None):
+        process.setup_worker(1, 1, hide_gpus=True)
+        self._server, port = _start_reverb(builder, environment_spec, num_actors)
+        self._address = f"{host or node_ip()}:{port}"
+
+    def address(self) -> str:
+        """``host:port`` for actors and the learner."""
+        return self._address
+
+    def ping(self) -> bool:
+        return True
+
+    def stop(self) -> None:
+        self._server.stop()
+
+
+# ---------------------------------------------------------------------- actor
+class ActorWorker:
+    """One actor: an environment, the builder's actor, and an adder to replay.
+
+    Args:
+      builder: the agent's ``AgentBuilder``.
+      env_name, env_kwargs: ``envs.make_environment(env_name, seed=..., **env_kwargs)``.
+      actor_index: this actor's index (the builder may vary exploration by it).
+      seed: this actor's seed (``seeding.actor_seed(global_seed, actor_index)``);
+        it seeds the environment and the builder's actor.
+      variable_source: the learner's Ray actor name (or handle), pulled
+        through ``RemoteVariableSource`` with timeouts.
+      replay_address: ``host:port`` of the Reverb server, or None to ask the
+        learner (which knows it, also when it hosts the server itself). Asking
+        lets the driver start actors while the learner is still building, so
+        their imports overlap with its start-up.
+      weights_timeout_s: bound on each weight pull.
+      startup_timeout_s: bound on the first call to the learner (the address,
+        or the first pull), which waits while the learner is being built.
+
+    Weights are pulled in ``__init__`` (``actor.update(wait=True)``), so no
+    step is ever taken with random or stale-from-before-restore weights.
+    """
+
+    def __init__(self, builder, env_name: str, env_kwargs: Optional[Dict[str, Any]],
+                 actor_index: int, seed: int, variable_source, replay_address: Optional[str],
+                 weights_timeout_s: float = 60.0, startup_timeout_s: float = 300.0):
+        process.setup_worker(1, 1, hide_gpus=True)
+        from rlplat import specs  # pylint: disable=g-import-not-at-top
+
+        self._index = int(actor_index)
+        self._seed = int(seed)
+        self._environment = _make_environment(env_name, env_kwargs, self._seed)
+        spec = specs.make_environment_spec(self._environment)
+        self._source = RemoteVariableSource(variable_source, timeout_s=weights_timeout_s,
+                                            first_timeout_s=startup_timeout_s)
+        if replay_address is None:
+            replay_address = self._source.call("replay_address")
+        self._adder = builder.make_adder(replay_address, spec)
+        self._actor = builder.make_actor(spec, self._source, self._adder, self._index, self._seed)
+        self._actor.update(wait=True)
+        self._loop = _make_loop(self._environment, self._actor)
+        self._total_steps = 0
+        self._restarted = _was_restarted()
+
+    def info(self) -> Dict[str, Any]:
+        """Identity of this worker (for tests and the run log)."""
+        return {"actor_index": self._index, "seed": self._seed, "pid": os.getpid(),
+                "node_ip": node_ip(), "policy_version": self._actor.policy_version,
+                "restarted": self._restarted}
+
+    def run_steps(self, num_steps: int) -> Dict[str, Any]:
+        """Runs ``num_steps`` environment steps; returns the loop's stats plus ours.
+
+        Added keys: ``actor_index``, ``seed``, ``env_steps``, ``seconds``,
+        ``steps_per_second``, ``policy_version`` (of the weights at the end of
+        the chunk), ``weight_pulls`` (pulls that moved weights, in total).
+        """
+        start = time.perf_counter()
+        stats = _to_python(dict(self._loop.run_steps(int(num_steps)) or {}))
+        seconds = time.perf_counter() - start
+        self._total_steps += int(num_steps)
+        stats.update({
+            "actor_index": self._index, "seed": self._seed, "env_steps": int(num_steps),
+            "seconds": seconds, "steps_per_second": num_steps / max(seconds, 1e-9),
+            "policy_version": int(self._actor.policy_version),
+            "weight_pulls": self._source.num_pulls, "restarted": self._restarted,
+        })
+        return stats
+
+    def close(self) -> None:
+        """Flushes the adder and frees the environment (best effort)."""
+        for thing in (self._adder, self._environment):
+            try:
+                thing.close()
+            except Exception:  # pylint: disable=broad-except
+                pass
+
+
+# -------------------------------------------------------------------- learner
+class LearnerWorker:
+    """The learner: a Replicator over this node's devices, the builder's learner.
+
+    Args:
+      builder: the agent's ``AgentBuilder``.
+      environment_spec: the ``EnvironmentSpec``.
+      num_replicas: replicas (GPUs when ``use_gpus``, else logical CPUs).
+      replay_address: ``host:port`` of a separate Reverb server, or None to
+        host the server HERE (co-located replay: the learner then samples
+        through Reverb's in-process path, without gRPC).
+      logdir: the run directory (checkpoints go to ``<logdir>/checkpoints``).
+      num_actors: inserting actors (sizes the tables when co-located).
+      replay_host: the address actors use for a co-located server; None means
+        this node's IP.
+      resume: restore the newest checkpoint in ``__init__``.
+      threads: TF (intra_op, inter_op) threads.
+      use_gpus: replicate over the GPUs Ray gave this worker.
+      max_checkpoints_to_keep: checkpoints kept on disk.
+
+    Threading: create it as a threaded Ray actor (``max_concurrency`` >= 3).
+    ``train`` runs on one Ray thread while ``get_variables*`` (actors' pulls),
+    ``save_checkpoint`` and ``request_stop`` are answered on others. Weights
+    are read without waiting for the step, because a step blocked on replay
+    (waiting for inserts) must never block the actors that would unblock it;
+    a checkpoint does wait for the step (``_step_lock``), so it is consistent.
+    """
+
+    def __init__(self, builder, environment_spec, num_replicas: int, replay_address: Optional[str],
+                 logdir: str, *, num_actors: int = 1, replay_host: Optional[str] = None,
+                 resume: bool = False, threads: Tuple[int, int] = (1, 2), use_gpus: bool = False,
+                 max_checkpoints_to_keep: int = 3):
+        process.setup_worker(threads[0], threads[1], hide_gpus=not use_gpus,
+                             num_cpu_replicas=None if use_gpus else num_replicas)
+        from rlplat import replication  # pylint: disable=g-import-not-at-top
+        from rlplat.utils import checkpointing  # pylint: disable=g-import-not-at-top
+
+        self._server = None
+        if replay_address is None:
+            self._server, port = _start_reverb(builder, environment_spec, num_actors)
+            # The learner samples through 127.0.0.1, which Reverb recognises as
+            # its own process (no gRPC); actors get an address they can reach.
+            learner_address = f"127.0.0.1:{port}"
+            self._replay_address = f"{replay_host or node_ip()}:{port}"
+        else:
+            learner_address = self._replay_address = replay_address
+
+        self._replicator = replication.make_replicator(num_replicas=num_replicas)
+        # The driver writes every role's logs (one place, even across nodes),
+        # so the learner gets no logdir of its own.
+        self._learner = builder.make_learner(environment_spec, self._replicator, learner_address,
+                                             logdir=None)
+        self._checkpointer = checkpointing.Checkpointer(
+            os.path.join(logdir, CHECKPOINT_SUBDIR), is_chief=self._replicator.is_chief,
+            max_to_keep=max_checkpoints_to_keep, **self._learner.checkpointables())
+        self._restored_step = self._checkpointer.restore_latest() if resume else None
+        if resume and self._restored_step is None:
+            raise FileNotFoundError(
+                f"--resume found no checkpoint in {os.path.join(logdir, CHECKPOINT_SUBDIR)}; "
+                "check --logdir or drop --resume")
+        self._step_lock = threading.Lock()   # a step and a checkpoint never overlap
+        self._train_lock = threading.Lock()  # one train() at a time
+        self._stop = threading.Event()
+
+    def ready(self) -> Dict[str, Any]:
+        """What the driver needs once the learner is up."""
+        return {"replay_address": self._replay_address, "learner_steps": self._learner.num_steps,
+                "restored_step": self._restored_step, "num_replicas": self._replicator.num_replicas,
+                "devices": self._devices(),
+                "pid": os.getpid(), "node_ip": node_ip(), "replay_colocated": self._server is not None}
+
+    def _devices(self) -> List[str]:
+        try:
+            return list(self._replicator.strategy.extended.worker_devices)
+        except RuntimeError:  # TF's default strategy (one replica) has no device list
+            import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+            return ["/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"]
+
+    def replay_address(self) -> str:
+        return self._replay_address
+
+    def train(self, num_steps: int) -> Dict[str, Any]:
+        """Runs about ``num_steps`` learner steps; returns metrics of the last one.
+
+        Stops early (between steps) after ``request_stop``. The builder's
+        learner may take several steps per ``step()`` call, so the count can
+        overshoot by less than one call. Returned keys: the learner's metrics
+        plus ``learner_steps``, ``steps`` (taken in this call), ``seconds`` and
+        ``steps_per_second``.
+        """
+        with self._train_lock:
+            start_steps = self._learner.num_steps
+            start = time.perf_counter()
+            metrics: Dict[str, Any] = {}
+            while not self._stop.is_set() and self._learner.num_steps - start_steps < num_steps:
+                with self._step_lock:
+                    metrics = self._learner.step()
+            seconds = time.perf_counter() - start
+            steps = self._learner.num_steps - start_steps
+            out = {k: float(v) for k, v in _to_python(dict(metrics)).items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            out.update({"learner_steps": self._learner.num_steps, "steps": steps,
+                        "seconds": seconds, "steps_per_second": steps / max(seconds, 1e-9)})
+            return out
+
+    def request_stop(self) -> None:
+        """Makes the running (and every later) ``train`` return after its current step."""
+        self._stop.set()
+
+    def get_variables(self, names: Sequence[str]) -> Tuple[int, Dict[str, List[np.ndarray]]]:
+        """``core.VariableSource.get_variables`` of the learner."""
+        return self._learner.get_variables(list(names))
+
+    def get_variables_if_newer(self, names: Sequence[str], version: int):
+        """(version, weights) if the learner's version is newer than ``version``, else None."""
+        current, weights = self._learner.get_variables(list(names))
+        return None if current <= version else (current, weights)
+
+    def save_checkpoint(self, timeout_s: float = 60.0) -> Dict[str, Any]:
+        """Saves a checkpoint between two steps; returns ``{"path", "step"}``.
+
+        Raises:
+          TimeoutError: a step did not finish within ``timeout_s``.
+        """
+        if not self._step_lock.acquire(timeout=timeout_s):
+            raise TimeoutError(f"learner step did not finish within {timeout_s:g}s; checkpoint skipped")
+        try:
+            step = self._learner.num_steps
+            path = self._checkpointer.save(step)
+        finally:
+            self._step_lock.release()
+        return {"path": path, "step": step}
+
+    def stop_replay(self) -> None:
+        """Stops a co-located Reverb server (actors' writers then fail fast)."""
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+
+# ------------------------------------------------------------------ evaluator
+class Evaluator:
+    """Runs the greedy policy (no exploration, no replay) for whole episodes.
+
+    Args:
+      builder, env_name, env_kwargs: as for ``ActorWorker``.
+      seed: the evaluator's seed (``seeding.role_seed(seed, "evaluator")``).
+      variable_source: the learner's Ray actor name (or handle).
+      weights_timeout_s, startup_timeout_s: as for ``ActorWorker``.
+    """
+
+    def __init__(self, builder, env_name: str, env_kwargs: Optional[Dict[str, Any]], seed: int,
+                 variable_source, weights_timeout_s: float = 60.0, startup_timeout_s: float = 300.0):
+        process.setup_worker(1, 1, hide_gpus=True)
+        from rlplat import specs  # pylint: disable=g-import-not-at-top
+
+        self._environment = _make_environment(env_name, env_kwargs, int(seed))
+        spec = specs.make_environment_spec(self._environment)
+        self._source = RemoteVariableSource(variable_source, timeout_s=weights_timeout_s,
+                                            first_timeout_s=startup_timeout_s)
+        self._actor = builder.make_actor(spec, self._source, None, 0, int(seed), evaluation=True)
+        self._loop = _make_loop(self._environment, self._actor)
+
+    def evaluate(self, num_episodes: int) -> Dict[str, Any]:
+        """Pulls the newest weights, runs ``num_episodes``; returns mean return and version."""
+        self._actor.update(wait=True)
+        version = int(self._actor.policy_version)
+        start = time.perf_counter()
+        returns, steps = [], 0
+        for _ in range(int(num_episodes)):
+            stats = _to_python(dict(self._loop.run_episode() or {}))
+            returns.append(float(stats.get("episode_return", math.nan)))
+            steps += int(stats.get("episode_length", stats.get("steps", 0)) or 0)
+        return {"eval_return": float(np.mean(returns)), "eval_return_std": float(np.std(returns)),
+                "eval_episodes": len(returns), "eval_steps": steps, "policy_version": version,
+                "eval_seconds": time.perf_counter() - start}

@@ -1,0 +1,100 @@
+"""``rlplat train d4pg``: D4PG on a control-suite task, actors on Ray, replicated learner.
+
+With nothing but ``--env`` it starts a local Ray instance sized for this
+machine and an embedded Reverb server; ``--address`` joins a cluster instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from agents.d4pg.config import D4PGConfig  # light: no TensorFlow
+from rlplat.launch import common
+
+NAME = "d4pg"
+HELP = "D4PG (distributional DPG) on a control-suite task with N Ray actors"
+AGENT = "d4pg"
+DEFAULT_ENV = "cartpole:swingup"
+CONFIG_FLAGS = {
+    "n_step": "n-step return length",
+    "discount": "per-step discount gamma",
+    "sigma": "std of the Gaussian exploration noise (actions in [-1, 1])",
+    "global_batch_size": "learner batch over all replicas",
+    "samples_per_insert": "replay sampled-to-inserted ratio the rate limiter holds",
+    "min_replay_size": "transitions in replay before learning starts",
+    "max_replay_size": "replay capacity",
+    "policy_learning_rate": "Adam learning rate of the policy",
+    "critic_learning_rate": "Adam learning rate of the critic",
+    "target_update_period": "learner steps between target-network copies",
+    "policy_layer_sizes": "policy MLP widths, comma-separated",
+    "critic_layer_sizes": "critic MLP widths, comma-separated",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env", default=DEFAULT_ENV, metavar="DOMAIN:TASK",
+                        help=f"control-suite task, see `rlplat envs` (default: {DEFAULT_ENV})")
+    parser.add_argument("--num-actors", type=int, default=2, metavar="N",
+                        help="Ray actors stepping environments (default: 2)")
+    parser.add_argument("--num-learner-replicas", type=int, default=None, metavar="K",
+                        help="learner replicas: every GPU of the learner node by default, 1 on CPU "
+                             "(K > 1 on CPU uses K logical CPU devices)")
+    parser.add_argument("--address", default=None, metavar="auto|HOST:PORT",
+                        help="Ray cluster to join (default: start a local Ray instance)")
+    parser.add_argument("--max-actor-steps", type=int, default=None, metavar="STEPS",
+                        help="stop after this many environment steps over all actors (default: run "
+                             "until interrupted)")
+    parser.add_argument("--seed", type=int, default=0, help="global seed; actor i uses a seed derived from it")
+    parser.add_argument("--logdir", default=None, metavar="DIR",
+                        help=f"run directory (default: runs/{AGENT}-<timestamp>); required with --resume")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --logdir")
+    parser.add_argument("--action-repeat", type=int, default=1, metavar="N",
+                        help="environment steps per agent action (default: 1)")
+    parser.add_argument("--eval-period", type=float, default=30.0, metavar="SECONDS",
+                        help="seconds between evaluation episodes with the greedy policy (default: 30)")
+    parser.add_argument("--checkpoint-period", type=float, default=300.0, metavar="SECONDS",
+                        help="seconds between checkpoints (default: 300)")
+    common.add_config_flags(parser, D4PGConfig, CONFIG_FLAGS)
+
+
+def check_args(args: argparse.Namespace) -> str:
+    """Every flag that can be wrong is checked here, before Ray or TF start."""
+    if args.num_actors < 1:
+        raise common.UsageError(f"--num-actors must be >= 1 (got {args.num_actors})")
+    if args.num_learner_replicas is not None and args.num_learner_replicas < 1:
+        raise common.UsageError(f"--num-learner-replicas must be >= 1 (got {args.num_learner_replicas})")
+    if args.max_actor_steps is not None and args.max_actor_steps < 1:
+        raise common.UsageError(f"--max-actor-steps must be >= 1 (got {args.max_actor_steps}); "
+                                "leave it out to run until interrupted")
+    if args.action_repeat < 1:
+        raise common.UsageError(f"--action-repeat must be >= 1 (got {args.action_repeat})")
+    if args.eval_period <= 0 or args.checkpoint_period <= 0:
+        raise common.UsageError("--eval-period and --checkpoint-period must be > 0 seconds")
+    if args.address not in (None, "auto") and not _looks_like_host_port(args.address):
+        raise common.UsageError(f"--address must be 'auto' or HOST:PORT (got {args.address!r}); "
+                                "e.g. --address 127.0.0.1:6379")
+    from envs import suite  # pylint: disable=g-import-not-at-top  (dm_control, no TF)
+
+    try:
+        suite.check_name(args.env)
+    except ValueError as e:
+        raise common.UsageError(str(e)) from None
+    logdir = common.check_run_flags(
+        argparse.Namespace(num_replicas=args.num_learner_replicas, resume=args.resume, logdir=args.logdir), AGENT)
+    if args.resume and not os.path.isdir(logdir):
+        raise common.UsageError(f"--resume: no run directory {logdir!r}; check --logdir")
+    return logdir
+
+
+def _looks_like_host_port(address: str) -> bool:
+    host, sep, port = address.rpartition(":")
+    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
+
+
+def run(args: argparse.Namespace) -> int:
+    logdir = check_args(args)
+    config = common.config_from_args(D4PGConfig, args, CONFIG_FLAGS)
+    from rlplat.distributed import layout  # pylint: disable=g-import-not-at-top  (imports Ray)
+
+    return layout.run_d4pg_from_cli(args, config, logdir)

@@ -1,0 +1,189 @@
+"""run_on_ray end to end on a real local Ray instance (shared by this module).
+
+One short D4PG run on cartpole:swingup (small networks, small replay) is made
+once and inspected by several tests; a second run resumes it while an actor
+process is SIGKILLed, so resume and actor restarts are covered by one more
+run instead of two.
+"""
+
+import dataclasses
+import json
+import os
+import signal
+import threading
+import time
+
+import psutil
+import pytest
+import ray
+
+from agents.d4pg.builder import D4PGBuilder
+from agents.d4pg.config import D4PGConfig
+from rlplat.distributed import cluster
+from rlplat.distributed import counters
+from rlplat.distributed import layout
+from rlplat.distributed import seeding
+from rlplat.utils import loggers
+
+pytestmark = pytest.mark.multiprocess
+
+ENV = "cartpole:swingup"
+SEED = 11
+FIRST_STEPS = 3000
+SMALL = D4PGConfig(policy_layer_sizes=(32, 32), critic_layer_sizes=(32, 32), num_atoms=11,
+                   global_batch_size=32, min_replay_size=200, samples_per_insert=8.0,
+                   max_replay_size=100_000)
+BUILDER = D4PGBuilder(config=SMALL, variable_update_period=100, steps_per_call=4)
+LAYOUT = layout.RayLayoutConfig(actor_chunk_steps=500, learner_chunk_steps=16, console_every_s=1.0,
+                                eval_every_actor_steps=2000, eval_episodes=1, stop_timeout_s=60)
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    connection = cluster.connect(num_cpus=2)
+    yield connection
+    cluster.disconnect(connection)
+
+
+@pytest.fixture(scope="module")
+def first_run(ray_session, tmp_path_factory):
+    del ray_session
+    logdir = str(tmp_path_factory.mktemp("d4pg") / "run")
+    summary = layout.run_on_ray(BUILDER, ENV, num_actors=2, max_actor_steps=FIRST_STEPS, logdir=logdir,
+                                seed=SEED, console=False, layout=LAYOUT)
+    return logdir, summary
+
+
+def _wait_for_free_cpus(expected, timeout_s=20.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if ray.available_resources().get("CPU", 0) >= expected:
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def test_short_run_counts_match(first_run):
+    _, summary = first_run
+    assert summary["actor_steps"] >= FIRST_STEPS
+    assert summary["learner_steps"] > 0
+    assert summary["episodes"] >= 2  # 1000-step episodes, two actors
+    # Every actor acted with learned weights by the end, not the initial ones.
+    assert len(summary["actor_policy_versions"]) == 2
+    assert all(v > 0 for v in summary["actor_policy_versions"])
+    assert summary["eval_policy_version"] == summary["learner_steps"]
+    assert summary["actor_restarts"] == 0
+    assert 0 < summary["samples_per_insert"] <= SMALL.samples_per_insert * 1.5
+    # Every worker was released: the shared instance has all its CPUs back.
+    assert _wait_for_free_cpus(2.0)
+
+
+def test_run_writes_logs_checkpoint_and_run_info(first_run):
+    logdir, summary = first_run
+    step = summary["learner_steps"]
+    assert summary["checkpoint"].endswith(f"ckpt-{step}")
+    assert os.path.exists(os.path.join(logdir, "checkpoints", f"ckpt-{step}.index"))
+    saved = counters.load_counters(logdir, step)
+    assert saved["actor_steps"] == summary["actor_steps"]
+    for role in ("actor", "learner", "evaluator"):
+        assert any(name.startswith("events.out.tfevents")
+                   for name in os.listdir(os.path.join(logdir, "tb", role))), role
+        assert loggers.read_jsonl(os.path.join(logdir, loggers.JSONL_NAME), role), role
+    actor_records = loggers.read_jsonl(os.path.join(logdir, loggers.JSONL_NAME), "actor")
+    assert {r["actor_index"] for r in actor_records} == {0, 1}
+    assert any("episode_return" in r for r in actor_records)
+    assert all(0.0 <= r["time_env_fraction"] <= 1.0 for r in actor_records)
+    learner_records = loggers.read_jsonl(os.path.join(logdir, loggers.JSONL_NAME), "learner")
+    assert any("samples_per_insert" in r and "replay_size" in r for r in learner_records)
+    with open(os.path.join(logdir, "run_info.json")) as f:
+        info = json.load(f)
+    assert info["config"]["env"] == ENV and info["config"]["num_actors"] == 2
+    assert info["config"]["agent"]["global_batch_size"] == SMALL.global_batch_size
+    assert info["git_sha"] and info["versions"]["ray"]
+
+
+def test_actors_are_seeded_distinctly_and_deterministically(first_run):
+    logdir, summary = first_run
+    expected = [seeding.actor_seed(SEED, i) for i in range(2)]
+    assert summary["actor_seeds"] == expected
+    assert len(set(expected)) == 2
+    with open(os.path.join(logdir, "run_info.json")) as f:
+        assert json.load(f)["actor_seeds"] == expected
+
+
+def _cmdline(proc) -> str:
+    try:
+        return " ".join(proc.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return ""
+
+
+def _kill_when_busy(prefix: str, stop: threading.Event, killed: list) -> None:
+    """SIGKILLs the first worker whose title starts with ``prefix`` (a real crash).
+
+    Waits until some actor is running a chunk, so the run is under way.
+    """
+    me = psutil.Process()
+    while not stop.is_set():
+        titles = {proc: _cmdline(proc) for proc in me.children(recursive=True)}
+        if any(t.startswith("ray::ActorWorker.run_steps") for t in titles.values()):
+            for proc, title in titles.items():
+                if title.startswith(prefix):
+                    proc.send_signal(signal.SIGKILL)
+                    killed.append(proc.pid)
+                    return
+        time.sleep(0.2)
+
+
+def _run_while_killing(prefix: str, builder=BUILDER, **kwargs):
+    stop, killed = threading.Event(), []
+    killer = threading.Thread(target=_kill_when_busy, args=(prefix, stop, killed), daemon=True)
+    killer.start()
+    try:
+        return layout.run_on_ray(builder, ENV, num_actors=2, seed=SEED, console=False, **kwargs), killed
+    finally:
+        stop.set()
+        killer.join(5)
+
+
+def test_resume_continues_and_a_killed_actor_is_restarted(first_run):
+    logdir, first = first_run
+    # The killed actor needs ~10 s to come back (a new process imports TF and
+    # builds its policy) while the other one carries on alone. A higher
+    # samples_per_insert (replay is rebuilt on resume, so it may change) lets
+    # the learner pace the actors, so the run lasts long enough for that on a
+    # fast machine as well as on a loaded one.
+    total = FIRST_STEPS + 12000
+    paced = dataclasses.replace(BUILDER, config=SMALL.replace(samples_per_insert=32.0))
+    summary, killed = _run_while_killing("ray::ActorWorker.run_steps", builder=paced,
+                                         max_actor_steps=total, logdir=logdir, resume=True,
+                                         layout=LAYOUT)
+    assert killed, "no busy actor process was found to kill"
+    assert summary["actor_restarts"] >= 1
+    # The killed actor came back (a new process) and ran chunks again.
+    restarted = [a for a in summary["actors"] if a["failures"]]
+    assert restarted and all(a["chunks_after_restart"] >= 1 for a in restarted), summary["actors"]
+    # Counters continued from the checkpoint rather than restarting at zero.
+    assert summary["actor_steps"] >= total
+    assert summary["learner_steps"] > first["learner_steps"]
+    assert all(v > first["learner_steps"] for v in summary["actor_policy_versions"])
+    with open(os.path.join(logdir, "run_info.json")) as f:
+        info = json.load(f)
+    assert info["resumed_from_step"] == first["learner_steps"] and info["previous"]
+    assert _wait_for_free_cpus(2.0)
+
+
+@pytest.mark.parametrize("victim, message", [
+    ("ray::ReplayServer", "replay server died; "),
+    ("ray::LearnerWorker", "learner failed: "),
+])
+def test_a_dead_replay_server_or_learner_ends_the_run_with_one_line(ray_session, tmp_path, victim,
+                                                                     message):
+    del ray_session
+    separate_replay = dataclasses.replace(LAYOUT, colocate_replay=False)
+    with pytest.raises(layout.RunFailedError) as info:
+        _run_while_killing(victim, max_actor_steps=10_000_000, logdir=str(tmp_path / "run"),
+                           layout=separate_replay)
+    text = str(info.value)
+    assert text.startswith(message) and "\n" not in text, text
+    assert _wait_for_free_cpus(2.0)

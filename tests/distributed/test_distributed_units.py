@@ -1,0 +1,92 @@
+"""Fast tests of the Ray layer's pure parts, and of connecting to nothing."""
+
+import io
+import time
+
+import portpicker
+import pytest
+
+from rlplat.distributed import cluster
+from rlplat.distributed import counters
+from rlplat.distributed import layout
+from rlplat.distributed import progress
+from rlplat.distributed import resources
+from rlplat.distributed import seeding
+
+
+def test_connect_to_an_unreachable_address_fails_fast_with_the_fix():
+    port = portpicker.pick_unused_port()  # nothing listens there
+    start = time.monotonic()
+    with pytest.raises(cluster.ClusterConnectionError) as info:
+        cluster.connect(f"127.0.0.1:{port}", timeout_s=30)
+    assert time.monotonic() - start < 15
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"could not reach Ray at 127.0.0.1:{port}" in message
+    assert "ray start --head" in message and "drop --address" in message
+
+
+@pytest.mark.parametrize("address", ["nonsense", "host:", ":6379", "host:99999"])
+def test_malformed_addresses_are_one_line_value_errors(address):
+    with pytest.raises(ValueError, match="--address must be 'auto' or HOST:PORT"):
+        cluster.connect(address)
+
+
+def test_actor_seeds_are_distinct_and_deterministic():
+    seeds = [seeding.actor_seed(7, i) for i in range(64)]
+    assert len(set(seeds)) == 64
+    assert seeds == [seeding.actor_seed(7, i) for i in range(64)]
+    assert all(0 <= s < 2**31 for s in seeds)
+    # Neighbouring global seeds do not share actor seeds (unlike seed + index).
+    assert not set(seeds) & {seeding.actor_seed(8, i) for i in range(64)}
+    assert seeding.role_seed(7, "evaluator") not in seeds
+    with pytest.raises(ValueError, match="unknown role"):
+        seeding.role_seed(7, "critic")
+
+
+def test_resource_plan_fits_two_actors_and_a_learner_on_two_cores():
+    plan = resources.plan_resources(2, 0, num_actors=2, num_learner_replicas=1)
+    assert plan.learner_cpus == 1 and plan.actor_cpus == 0.5 and plan.learner_gpus == 0
+    assert plan.learner_cpus + 2 * plan.actor_cpus + plan.evaluator_cpus + plan.replay_cpus <= 2
+    gpu = resources.plan_resources(16, 2, num_actors=8, num_learner_replicas=2)
+    assert gpu.learner_gpus == 2 and gpu.learner_cpus == 1 and gpu.actor_cpus == 1
+    with pytest.raises(ValueError, match="--num-learner-replicas 2 or fewer"):
+        resources.plan_resources(16, 2, num_actors=8, num_learner_replicas=4)
+    with pytest.raises(ValueError, match="--num-actors"):
+        resources.plan_resources(2, 0, num_actors=100, num_learner_replicas=1)
+
+
+def test_status_line_and_rates():
+    meter = progress.RateMeter(window_s=10)
+    meter.update(0, now=0.0)
+    meter.update(500, now=2.0)
+    assert meter.rate() == 250
+    line = progress.format_status(
+        actor_steps=12000, max_actor_steps=100000, learner_steps=350, env_steps_per_s=381.2,
+        learner_steps_per_s=11.04, eval_return=None, eval_version=None, replay_size=12000,
+        samples_per_insert=31.9, policy_version=340, policy_lag=10.0)
+    for part in ("actor 12,000/100,000", "learner 350", "eval -", "env 381/s", "learn 11.0/s",
+                 "replay 12,000", "spi 31.9", "policy v340 lag 10"):
+        assert part in line
+    out = io.StringIO()  # not a terminal: one line per update
+    console = progress.ConsoleLine(True, out)
+    console.show("a")
+    console.show("b")
+    assert out.getvalue() == "a\nb\n"
+
+
+def test_counters_follow_checkpoints(tmp_path):
+    logdir = str(tmp_path)
+    counters.save_counters(logdir, 100, {"actor_steps": 3000})
+    counters.save_counters(logdir, 200, {"actor_steps": 6000})
+    assert counters.load_counters(logdir, 200) == {"actor_steps": 6000}
+    # A checkpoint whose counters were never written falls back to the newest older entry.
+    assert counters.load_counters(logdir, 150) == {"actor_steps": 3000}
+    assert counters.load_counters(logdir, 50) == {}
+
+
+def test_layout_config_is_validated():
+    with pytest.raises(ValueError, match="actor_chunk_steps"):
+        layout.RayLayoutConfig(actor_chunk_steps=0)
+    with pytest.raises(ValueError, match="stop_timeout_s"):
+        layout.RayLayoutConfig(stop_timeout_s=0)
