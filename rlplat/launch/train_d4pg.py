@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 from agents.d4pg.config import D4PGConfig  # light: no TensorFlow
 from rlplat.launch import common
@@ -93,8 +94,34 @@ def _looks_like_host_port(address: str) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Parsed flags -> ``run_on_ray`` -> exit code (0 done, 1 run failed, 2 usage, 130/143 signal)."""
     logdir = check_args(args)
     config = common.config_from_args(D4PGConfig, args, CONFIG_FLAGS)
-    from rlplat.distributed import layout  # pylint: disable=g-import-not-at-top  (imports Ray)
+    # These import Ray; usage errors above are reported before paying for that.
+    from agents.d4pg.builder import D4PGBuilder  # pylint: disable=g-import-not-at-top
+    from rlplat.distributed import cluster  # pylint: disable=g-import-not-at-top
+    from rlplat.distributed.errors import RunFailedError, RunInterrupted  # pylint: disable=g-import-not-at-top
+    from rlplat.distributed.layout import RayLayoutConfig, run_on_ray  # pylint: disable=g-import-not-at-top
 
-    return layout.run_d4pg_from_cli(args, config, logdir)
+    env_kwargs = {"action_repeat": args.action_repeat} if args.action_repeat != 1 else {}
+    knobs = RayLayoutConfig(eval_every_actor_steps=0, eval_every_s=args.eval_period,
+                            checkpoint_every_s=args.checkpoint_period)
+    print(f"{'resuming' if args.resume else 'run'} in {logdir}", flush=True)
+    try:
+        summary = run_on_ray(D4PGBuilder(config=config), args.env, env_kwargs,
+                             num_actors=args.num_actors, num_learner_replicas=args.num_learner_replicas,
+                             max_actor_steps=args.max_actor_steps, logdir=logdir, seed=args.seed,
+                             resume=args.resume, address=args.address, layout=knobs)
+    except (ValueError, cluster.ClusterConnectionError) as e:
+        raise common.UsageError(str(e)) from None
+    except RunFailedError as e:
+        sys.stderr.write(f"rlplat: error: {e}\n")
+        return common.EXIT_FAILURE
+    except RunInterrupted as e:
+        sys.stderr.write(f"rlplat: {e}; logs and checkpoints in {logdir}\n")
+        return e.exit_code
+    eval_return = summary["eval_return"]
+    print(f"done: {summary['actor_steps']:,} actor steps, {summary['learner_steps']:,} learner steps, "
+          f"final eval return {'-' if eval_return is None else f'{eval_return:.1f}'}; logs in {logdir}",
+          flush=True)
+    return common.EXIT_OK
