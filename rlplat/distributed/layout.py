@@ -47,6 +47,7 @@ import os
 from typing import Any, Dict, Optional, Tuple
 
 from rlplat.distributed import counters
+from rlplat.distributed.errors import RunFailedError, RunInterrupted  # noqa: F401  (part of the API)
 
 
 @dataclasses.dataclass(frozen=True)
