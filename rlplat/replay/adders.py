@@ -18,6 +18,7 @@ import numpy as np
 import reverb
 import tree
 
+from rlplat.replay import closing
 from rlplat.replay import errors
 from rlplat.replay.signature import as_transition, check_against_signature
 from rlplat.replay.types import Transition
@@ -30,7 +31,7 @@ _DEFAULT_MAX_PENDING_ITEMS = 48
 _Step = Tuple[Any, Any, float, float]
 
 
-class NStepTransitionAdder:
+class NStepTransitionAdder(closing.ClosesOnExit):
     """Writes n-step transitions to a Reverb table, one item per env step.
 
     For the transition starting at step t, with m = min(n, steps left in the
@@ -204,18 +205,6 @@ class NStepTransitionAdder:
             self._writer.close()
             self._writer = None
             self._cpp_writer = None
-
-    def __enter__(self) -> "NStepTransitionAdder":
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
-            return
-        try:  # Do not mask the original exception with a flush timeout.
-            self.close()
-        except Exception:  # pylint: disable=broad-except
-            pass
 
     def _write_oldest(self) -> None:
         # Horner-like accumulation over at most n scalars: cheaper in plain

@@ -42,6 +42,7 @@ import numpy as np
 import reverb
 import tree
 
+from rlplat.replay import closing
 from rlplat.replay import errors
 from rlplat.replay.sequence_signature import (
     SequenceStep,
@@ -75,7 +76,7 @@ def queue_insert_timeout(address: str, table: str, timeout_s: float) -> Exceptio
     )
 
 
-class SequenceAdder:
+class SequenceAdder(closing.ClosesOnExit):
     """Writes unrolls of T transitions (+ the bootstrap step) to a Reverb table.
 
     Use: ``add_first(timestep)``, then per env step
@@ -216,18 +217,6 @@ class SequenceAdder:
             self.flush()
         finally:
             self._writer.close()
-
-    def __enter__(self) -> "SequenceAdder":
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is None:
-            self.close()
-            return
-        try:  # Do not mask the original exception with a flush timeout.
-            self.close()
-        except Exception:  # pylint: disable=broad-except
-            pass
 
     def _finish_unroll(self) -> None:
         """Final-observation step (mask 0), zero padding to T+1, write."""
