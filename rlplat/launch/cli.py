@@ -14,7 +14,6 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before anything can import TensorFlow
 
-import importlib  # noqa: E402
 import sys  # noqa: E402
 from typing import Optional, Sequence  # noqa: E402
 
@@ -29,12 +28,7 @@ COMMANDS = (
 
 def build_parser() -> common.Parser:
     parser = common.Parser(prog="rlplat", description="rlplat: distributed RL on Ray + tf.distribute")
-    commands = parser.add_subparsers(title="commands", dest="command", metavar="COMMAND", required=True)
-    for module_name in COMMANDS:
-        module = importlib.import_module(module_name)
-        sub = commands.add_parser(module.NAME, help=module.HELP, description=module.HELP)
-        module.add_arguments(sub)
-        sub.set_defaults(run=module.run)
+    common.add_subcommands(parser, COMMANDS, title="commands", dest="command")
     return parser
 
 

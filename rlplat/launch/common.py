@@ -33,6 +33,20 @@ def fail(message: str) -> NoReturn:
     sys.exit(EXIT_USAGE)
 
 
+# ----------------------------------------------------------------- subcommands
+def add_subcommands(parser: argparse.ArgumentParser, module_names: Iterable[str],
+                    title: str, dest: str) -> None:
+    """One sub-parser per command module (``NAME``, ``HELP``, ``add_arguments``, ``run``)."""
+    import importlib  # pylint: disable=g-import-not-at-top
+
+    subparsers = parser.add_subparsers(title=title, dest=dest, metavar=dest.upper(), required=True)
+    for module_name in module_names:
+        module = importlib.import_module(module_name)
+        sub = subparsers.add_parser(module.NAME, help=module.HELP, description=module.HELP)
+        module.add_arguments(sub)
+        sub.set_defaults(run=module.run)
+
+
 # ------------------------------------------------------------------- run flags
 def add_run_flags(parser: argparse.ArgumentParser, agent: str) -> None:
     """``--num-replicas``, ``--logdir``, ``--resume``, ``--progress``: every training command has them."""

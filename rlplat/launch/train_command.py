@@ -8,7 +8,6 @@ it below.
 from __future__ import annotations
 
 import argparse
-import importlib
 
 NAME = "train"
 HELP = "train an agent"
@@ -20,12 +19,9 @@ TRAINERS = (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    agents = parser.add_subparsers(title="agents", dest="agent", metavar="AGENT", required=True)
-    for module_name in TRAINERS:
-        module = importlib.import_module(module_name)
-        sub = agents.add_parser(module.NAME, help=module.HELP, description=module.HELP)
-        module.add_arguments(sub)
-        sub.set_defaults(run=module.run)
+    from rlplat.launch import common  # pylint: disable=g-import-not-at-top
+
+    common.add_subcommands(parser, TRAINERS, title="agents", dest="agent")
 
 
 def run(args: argparse.Namespace) -> int:  # never reached: each agent sets its own `run`
