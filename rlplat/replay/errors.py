@@ -42,10 +42,7 @@ def table_info(address: str, table: str, timeout_s: float) -> reverb_types.Table
     if infos is None:
         raise server_unreachable(address, timeout_s)
     if table not in infos:
-        raise ValueError(
-            f"replay server at {address} has no table {table!r} "
-            f"(tables: {', '.join(sorted(infos))}); fix the table name"
-        )
+        raise _missing_table(address, table, infos)
     return infos[table]
 
 
@@ -83,13 +80,17 @@ def sample_timeout(address: str, table: str, timeout_s: float) -> Exception:
     if infos is None:
         return server_unreachable(address, timeout_s)
     if table not in infos:
-        return ValueError(
-            f"replay server at {address} has no table {table!r} "
-            f'(tables: {", ".join(sorted(infos))}); fix the name'
-        )
+        return _missing_table(address, table, infos)
     return ReplayTimeoutError(
         f"replay table {table!r} at {address} gave no full batch within "
         f"{timeout_s:g}s ({_limiter_state(infos[table])}): its rate limiter is "
         f"blocking samples; are the actors inserting? (start actors, lower "
         f"min_replay_size, or raise rate_limiter_timeout_ms)"
+    )
+
+
+def _missing_table(address: str, table: str, infos) -> ValueError:
+    return ValueError(
+        f"replay server at {address} has no table {table!r} "
+        f"(tables: {', '.join(sorted(infos))}); fix the table name"
     )
