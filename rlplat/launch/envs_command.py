@@ -16,6 +16,15 @@ def run(args: argparse.Namespace) -> int:
     del args
     from envs import list_tasks  # pylint: disable=g-import-not-at-top  (lazy: loads dm_control)
 
-    for task in list_tasks():
-        print(":".join(task) if isinstance(task, (tuple, list)) else task)
+    import os  # pylint: disable=g-import-not-at-top
+    import sys  # pylint: disable=g-import-not-at-top
+
+    try:
+        names = [":".join(t) if isinstance(t, (tuple, list)) else t for t in list_tasks()]
+        sys.stdout.write("\n".join(names) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `rlplat envs | head`: the reader stopped early. Point stdout at
+        # /dev/null so the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0
