@@ -473,9 +473,10 @@ def learner_child(args):
 
     repl = replication.make_replicator(num_replicas=1)
     reverb_learner = builder.make_learner(spec, repl, address)
-    signature = transition_signature(spec.observations, spec.actions)
+    feed = dict(signature=transition_signature(spec.observations, spec.actions),
+                packing=builder.make_packing(spec))
     batch = next(iter(datasets.make_transition_dataset(address, builder.replay_table,
-                                                       cfg.global_batch_size, signature=signature)))
+                                                       cfg.global_batch_size, **feed)))
     memory_learner = D4PGLearner(cfg, spec, repl, repl.distribute(tf.data.Dataset.from_tensors(batch).repeat()),
                                  steps_per_call=builder.steps_per_call, jit_compile=builder.jit_compile)
 
@@ -500,7 +501,7 @@ def learner_child(args):
 
     # Sampling alone, for the breakdown: CPU and wall per global batch.
     it = iter(datasets.make_transition_dataset(address, builder.replay_table, cfg.global_batch_size,
-                                               signature=signature))
+                                               **feed))
     for _ in range(10):
         next(it)
     n_batches = 60

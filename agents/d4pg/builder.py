@@ -44,6 +44,10 @@ class D4PGBuilder(core.AgentBuilder):
       replay_table: name of the Reverb table.
       rate_limiter_timeout_ms: how long one learner sample may wait for
         inserts before the run fails with ReplayTimeoutError.
+      pack_transitions: store each transition as one packed float32 vector
+        (``rlplat.replay.packing``): one Reverb column instead of five, which
+        more than halves the actor's write cost and the learner's sampling
+        cost. False stores one column per field (easier to read by hand).
     """
 
     config: D4PGConfig = D4PGConfig()
@@ -54,6 +58,7 @@ class D4PGBuilder(core.AgentBuilder):
     variable_update_period: int = 1000
     replay_table: str = "priority_table"
     rate_limiter_timeout_ms: int = 300_000
+    pack_transitions: bool = True
 
     def __post_init__(self):
         if not isinstance(self.config, D4PGConfig):
@@ -82,6 +87,21 @@ class D4PGBuilder(core.AgentBuilder):
 
         return transition_signature(environment_spec.observations, environment_spec.actions)
 
+    def make_packing(self, environment_spec):
+        """The ``TransitionPacking`` of replay items, or None when unpacked."""
+        if not self.pack_transitions:
+            return None
+        from rlplat.replay.packing import TransitionPacking  # pylint: disable=g-import-not-at-top
+
+        return TransitionPacking.from_specs(environment_spec.observations,
+                                            environment_spec.actions)
+
+    def _table_signature(self, environment_spec):
+        packing = self.make_packing(environment_spec)
+        if packing is None:
+            return self._signature(environment_spec)
+        return packing.table_signature
+
     def make_replay_tables(self, environment_spec, num_actors: int) -> list:
         """One uniform FIFO table, rate-limited to ``samples_per_insert``.
 
@@ -98,7 +118,7 @@ class D4PGBuilder(core.AgentBuilder):
                                            global_batch_size=cfg.global_batch_size,
                                            num_actors=num_actors)
         return [tables.make_uniform_table(self.replay_table, cfg.max_replay_size, limiter,
-                                          self._signature(environment_spec))]
+                                          self._table_signature(environment_spec))]
 
     def make_adder(self, replay_address: str, environment_spec) -> Any:
         """An n-step transition adder (discount already includes gamma^n)."""
@@ -108,7 +128,8 @@ class D4PGBuilder(core.AgentBuilder):
 
         return NStepTransitionAdder(reverb.Client(replay_address), self.replay_table,
                                     self.config.n_step, self.config.discount,
-                                    signature=self._signature(environment_spec))
+                                    signature=self._signature(environment_spec),
+                                    packing=self.make_packing(environment_spec))
 
     # ----------------------------------------------------------------- learner
     def make_learner(self, environment_spec, replicator, replay_address: str,
@@ -126,6 +147,7 @@ class D4PGBuilder(core.AgentBuilder):
         input_fn = datasets.make_input_fn(
             replay_address, self.replay_table, cfg.global_batch_size,
             signature=self._signature(environment_spec),
+            packing=self.make_packing(environment_spec),
             rate_limiter_timeout_ms=self.rate_limiter_timeout_ms)
         return D4PGLearner(cfg, environment_spec, replicator, replicator.distribute(input_fn),
                            steps_per_call=self.steps_per_call, jit_compile=self.jit_compile,

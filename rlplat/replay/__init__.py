@@ -10,6 +10,7 @@ from rlplat.replay.datasets import next_batch
 from rlplat.replay.datasets import translate_sampling_errors
 from rlplat.replay.datasets import wait_for_table_size
 from rlplat.replay.errors import ReplayTimeoutError
+from rlplat.replay.packing import TransitionPacking
 from rlplat.replay.server import ReplayHandle
 from rlplat.replay.sequence_adder import SequenceAdder
 from rlplat.replay.sequence_signature import SequenceStep

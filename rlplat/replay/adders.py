@@ -20,6 +20,7 @@ import tree
 
 from rlplat.replay import closing
 from rlplat.replay import errors
+from rlplat.replay.packing import TransitionPacking
 from rlplat.replay.signature import as_transition, check_against_signature
 from rlplat.replay.types import Transition
 
@@ -70,6 +71,7 @@ class NStepTransitionAdder(closing.ClosesOnExit):
         flush_timeout_s: float = 60.0,
         connect_timeout_s: float = 30.0,
         server_address: Optional[str] = None,
+        packing: Optional[TransitionPacking] = None,
     ):
         """Creates the adder.
 
@@ -95,6 +97,10 @@ class NStepTransitionAdder(closing.ClosesOnExit):
           connect_timeout_s: Timeout for reaching the server in ``__init__``.
           server_address: ``host:port`` used in error messages when a writer is
             passed (taken from the client otherwise).
+          packing: Write each transition as ONE packed float32 vector (see
+            ``rlplat.replay.packing``; about 2.5x cheaper per item). The table
+            must have ``packing.table_signature``; ``signature`` then defaults
+            to the packing's unpacked one, which validates the first step.
         """
         if n_step < 1:
             raise ValueError(f"n_step={n_step} must be >= 1")
@@ -123,12 +129,17 @@ class NStepTransitionAdder(closing.ClosesOnExit):
             self._writer = None  # Created on the first item: chunking needs sizes.
             self._address = client_or_writer.server_address
             info = errors.table_info(self._address, table, connect_timeout_s)
-            if signature is None:
+            if packing is not None:
+                packing.check_table(info.signature, table)
+            elif signature is None:
                 signature = info.signature
         else:
             self._client = None
             self._writer = client_or_writer
             self._address = server_address or "<unknown address>"
+        self._packing = packing
+        if packing is not None and signature is None:
+            signature = packing.signature
         self._signature = None if signature is None else as_transition(signature)
 
         self._window: Deque[_Step] = collections.deque()
@@ -225,6 +236,8 @@ class NStepTransitionAdder(closing.ClosesOnExit):
             self._priority if self._priority_fn is None else float(self._priority_fn(transition))
         )
         flat = tree.flatten(transition) if self._nested else list(transition)
+        if self._packing is not None:
+            flat = [self._packing.pack(flat)]
         if self._cpp_writer is not None:
             refs = self._cpp_writer.Append(flat)
             self._cpp_writer.CreateItem(

@@ -25,6 +25,7 @@ import tensorflow as tf
 import tree
 
 from rlplat.replay import errors
+from rlplat.replay.packing import TransitionPacking
 from rlplat.replay.signature import as_transition
 
 DEFAULT_RATE_LIMITER_TIMEOUT_MS = 120_000
@@ -58,6 +59,7 @@ def make_transition_dataset(
     keep_info: bool = False,
     prefetch: int = 2,
     connect_timeout_s: float = 30.0,
+    packing: Optional[TransitionPacking] = None,
 ) -> tf.data.Dataset:
     """Infinite dataset of ``batch_size`` transitions sampled from ``table``.
 
@@ -79,6 +81,9 @@ def make_transition_dataset(
         already count against the rate limiter, so a large buffer makes the
         learner train on data older than the ratio suggests.
       connect_timeout_s: Timeout for the initial server probe.
+      packing: The table holds packed transitions (``rlplat.replay.packing``):
+        batches are unpacked back into ``Transition``s after batching, so the
+        learner sees the same structure either way. ``signature`` is ignored.
 
     Returns:
       A ``tf.data.Dataset`` of float32 batches with a static batch dimension.
@@ -92,7 +97,11 @@ def make_transition_dataset(
         )
     # Probe even when the signature is given: a dataset pointed at a dead
     # server would otherwise hang on its first batch, ignoring every timeout.
-    if signature is None:
+    if packing is not None:
+        info = errors.table_info(server_address, table, connect_timeout_s)
+        packing.check_table(info.signature, table)
+        signature = packing.table_signature
+    elif signature is None:
         signature = fetch_signature(server_address, table, connect_timeout_s)
     else:
         errors.table_info(server_address, table, connect_timeout_s)
@@ -109,6 +118,10 @@ def make_transition_dataset(
     # Static batch shapes (drop_remainder) are what tf.distribute and XLA want;
     # the remainder only exists when the dataset ends, i.e. on a timeout.
     dataset = dataset.batch(batch_size, drop_remainder=True)
+    if packing is not None:
+        # Unpacking a whole batch is one split: cheaper than per item.
+        dataset = dataset.map(
+            lambda sample: sample._replace(data=packing.unpack(sample.data)))
     if not keep_info:
         dataset = dataset.map(lambda sample: sample.data)
     return dataset.prefetch(prefetch)

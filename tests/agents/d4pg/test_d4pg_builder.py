@@ -43,8 +43,12 @@ def test_replay_table_is_validated_and_typed_from_the_spec():
     info = table.info
     assert info.rate_limiter_info.samples_per_insert == 4.0
     assert info.rate_limiter_info.min_size_to_sample == 8
-    assert info.signature.observation == tf.TensorSpec((OBS,), tf.float32)
-    assert info.signature.action == tf.TensorSpec((ACT,), tf.float32)
+    # Packed by default: one float32 column (obs, action, reward, discount, next obs).
+    assert info.signature == tf.TensorSpec((2 * OBS + ACT + 2,), tf.float32)
+    (unpacked,) = D4PGBuilder(small_config(samples_per_insert=4.0),
+                              pack_transitions=False).make_replay_tables(SPEC, 2)
+    assert unpacked.info.signature.observation == tf.TensorSpec((OBS,), tf.float32)
+    assert unpacked.info.signature.action == tf.TensorSpec((ACT,), tf.float32)
     with pytest.raises(ValueError, match="global_batch_size"):
         D4PGBuilder(small_config(global_batch_size=16, min_replay_size=8)).make_replay_tables(SPEC, 1)
 

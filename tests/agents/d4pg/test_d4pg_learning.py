@@ -147,7 +147,9 @@ def _reverb_learner(rate_limiter_timeout_ms=2000, step_timeout_s=1.0, min_size=8
     server = make_server([reverb.Table("priority_table", reverb.selectors.Uniform(),
                                        reverb.selectors.Fifo(), 1000,
                                        reverb.rate_limiters.MinSize(min_size), signature=sig)])
-    builder = D4PGBuilder(config, steps_per_call=2, rate_limiter_timeout_ms=rate_limiter_timeout_ms)
+    # Unpacked: the tests below write items field by field.
+    builder = D4PGBuilder(config, steps_per_call=2, rate_limiter_timeout_ms=rate_limiter_timeout_ms,
+                          pack_transitions=False)
     learner = builder.make_learner(SPEC, replication.make_replicator(1), f"localhost:{server.port}")
     learner._step_timeout_s = step_timeout_s  # pylint: disable=protected-access
     return server, learner
