@@ -20,6 +20,7 @@ import ray
 from rlplat.distributed import cluster
 from rlplat.distributed import counters
 from rlplat.distributed import errors
+from rlplat.distributed import placement
 from rlplat.distributed import progress
 from rlplat.distributed import resources
 from rlplat.distributed import seeding
@@ -171,15 +172,20 @@ class Driver:
         where = "local Ray" if self.connection.local else "Ray cluster"
         self.console.message(f"{where} at {self.connection.address} (worker logs: "
                              f"{os.path.join(self.connection.session_dir, 'logs')})")
-        total = ray.cluster_resources()
-        node_gpus = max([n["Resources"].get("GPU", 0.0) for n in ray.nodes() if n.get("Alive")] or [0])
-        self.plan = resources.plan_resources(total.get("CPU", 0.0), node_gpus, self.num_actors,
-                                             self.num_replicas)
+        self.nodes = resources.nodes_from_ray(ray.nodes())
+        total_cpus = sum(n.resources.get("CPU", 0.0) for n in self.nodes)
+        node_gpus = max([n.resources.get("GPU", 0.0) for n in self.nodes] or [0])
+        self.plan = resources.plan_resources(
+            total_cpus, node_gpus, self.num_actors, self.num_replicas, nodes=self.nodes,
+            actor_resources=self.cfg.actor_resources, learner_resources=self.cfg.learner_resources,
+            actor_cpus=self.cfg.actor_cpus, learner_cpus=self.cfg.learner_cpus)
         self.num_replicas = self.plan.num_learner_replicas
         if self.cfg.learner_threads is not None:
             self.plan = dataclasses.replace(self.plan, learner_threads=tuple(self.cfg.learner_threads))
         colocate = self.cfg.colocate_replay
         self.colocate = self.connection.local if colocate is None else bool(colocate)
+        if self.cfg.num_learner_workers > 1:
+            self.colocate = False  # A learner group samples over gRPC from one shared server.
         replay_host = "127.0.0.1" if self.connection.local else None
         self.console.message(f"placement: {self.plan.describe()}; replay "
                              f"{'inside the learner' if self.colocate else 'in its own process'}")
@@ -195,7 +201,7 @@ class Driver:
         if not self.colocate:
             self.replay = workers.remote(
                 workers.ReplayServer, num_cpus=self.plan.replay_cpus, max_restarts=0,
-                runtime_env=process.runtime_env("replay"),
+                runtime_env=process.runtime_env("replay"), **placement.ray_options(self.plan, "replay"),
             ).remote(self.builder, self.spec, self.num_actors, replay_host)
             self.replay_address = self._get(self.replay.address.remote(), self.cfg.startup_timeout_s,
                                             "replay server start")
@@ -203,22 +209,27 @@ class Driver:
         # Named, so workers that Ray may restart find it by name rather than
         # through a handle argument (see RemoteVariableSource).
         self.learner_name = f"rlplat-learner-{uuid.uuid4().hex[:12]}"
-        self.learner = workers.remote(
-            workers.LearnerWorker, num_cpus=self.plan.learner_cpus, num_gpus=self.plan.learner_gpus,
-            max_concurrency=4, max_restarts=0, name=self.learner_name,
-            runtime_env=process.runtime_env("learner", cpu_only=not self.plan.learner_gpus,
-                                            threads=self.plan.learner_threads[0]),
-        ).remote(self.builder, self.spec, self.num_replicas, self.replay_address, self.logdir,
-                 num_actors=self.num_actors, replay_host=replay_host,
-                 resume=self.restored_step is not None, threads=self.plan.learner_threads,
-                 use_gpus=bool(self.plan.learner_gpus))
+        if self.cfg.num_learner_workers > 1:
+            self.learner = self._start_learner_group()
+        else:
+            self.learner = workers.remote(
+                workers.LearnerWorker, num_cpus=self.plan.learner_cpus, num_gpus=self.plan.learner_gpus,
+                max_concurrency=4, max_restarts=0, name=self.learner_name,
+                runtime_env=process.runtime_env("learner", cpu_only=not self.plan.learner_gpus,
+                                                threads=self.plan.learner_threads[0]),
+                **placement.ray_options(self.plan, "learner"),
+            ).remote(self.builder, self.spec, self.num_replicas, self.replay_address, self.logdir,
+                     num_actors=self.num_actors, replay_host=replay_host,
+                     resume=self.restored_step is not None, threads=self.plan.learner_threads,
+                     use_gpus=bool(self.plan.learner_gpus))
 
         # Actors and evaluator start now, so their imports overlap with the
         # learner's build; each asks the learner for the replay address and
         # its first weights, which Ray answers once the learner is up.
         actor_cls = workers.remote(
             workers.ActorWorker, num_cpus=self.plan.actor_cpus, max_restarts=self.cfg.actor_max_restarts,
-            max_task_retries=0, runtime_env=process.runtime_env("actor"))
+            max_task_retries=0, runtime_env=process.runtime_env("actor"),
+            **placement.ray_options(self.plan, "actor"))
         for i in range(self.num_actors):
             actor_seed = seeding.actor_seed(self.seed, i)
             handle = actor_cls.remote(self.builder, self.env, self.env_kwargs, i, actor_seed,
@@ -236,9 +247,52 @@ class Driver:
         ready = self._get(self.learner.ready.remote(), self.cfg.startup_timeout_s, "learner start")
         self.replay_address = ready["replay_address"]
         self.learner_steps = int(ready["learner_steps"])
-        self.console.message(f"learner up: {ready['num_replicas']} replica(s) on "
+        self.learner_workers = int(ready.get("num_workers", 1))
+        group = f" in {self.learner_workers} learner workers" if self.learner_workers > 1 else ""
+        self.console.message(f"learner up: {ready['num_replicas']} replica(s){group} on "
                              f"{', '.join(ready['devices'])}; step {self.learner_steps:,}; "
                              f"replay at {self.replay_address}")
+        self._report_placement()
+
+    def _report_placement(self) -> None:
+        """Prints the node each worker landed on; records it in run_info.json."""
+        named = [("learner", self.learner), ("replay", self.replay), ("evaluator", self.evaluator)]
+        named += [(f"actor {s.index}", s.handle) for s in self.slots]
+        self.node_placement = placement.locate(named, self.nodes, self.cfg.call_timeout_s)
+        if self.colocate:
+            self.node_placement["replay"] = dict(self.node_placement.get("learner") or {}, colocated=True)
+        for line in placement.describe(self.node_placement):
+            self.console.message(f"placement: {line}")
+        placement.update_run_info(self.logdir, {"node_placement": self.node_placement})
+
+    def _start_learner_group(self):
+        """``--num-learner-workers W > 1``: a LearnerGroup actor named as the learner.
+
+        The group (no TF, 0 CPUs) starts W learner processes and answers the
+        same calls a LearnerWorker does. On a local instance the W workers
+        share the learner's CPUs; on a cluster each gets the learner's share
+        (and custom resources, e.g. ``learner=1``) of its own node: Ray
+        spreads them over nodes instead of pinning them to the learner node.
+        """
+        from rlplat.distributed import learner_group  # pylint: disable=g-import-not-at-top
+
+        num_workers = self.cfg.num_learner_workers
+        local = self.connection.local
+        cpus = self.plan.learner_cpus / num_workers if local else self.plan.learner_cpus
+        return workers.remote(
+            learner_group.LearnerGroup, num_cpus=0, max_concurrency=8, max_restarts=0,
+            name=self.learner_name,
+            # Not cpu_only: members inherit these env_vars, and GPU members need CUDA visible.
+            runtime_env=process.runtime_env("learner-group", cpu_only=False),
+        ).remote(self.builder, self.spec, num_workers, self.replay_address, self.logdir,
+                 resume=self.restored_step is not None, threads=self.plan.learner_threads,
+                 use_gpus=bool(self.plan.learner_gpus), num_cpus=cpus,
+                 num_gpus=self.plan.learner_gpus, spread=not local,
+                 resources=placement.ray_options(self.plan, "learner").get("resources"),
+                 build_timeout_s=self.cfg.startup_timeout_s, call_timeout_s=self.cfg.call_timeout_s,
+                 train_timeout_s=self.cfg.learner_stall_timeout_s,
+                 collective_timeout_s=self.cfg.learner_stall_timeout_s,
+                 name_prefix=self.learner_name)
 
     def _open_loggers(self) -> None:
         from rlplat.utils import loggers  # pylint: disable=g-import-not-at-top
@@ -469,7 +523,9 @@ class Driver:
         if not self._read_replay():
             self._check_replay_alive()
         versions = [s.policy_version for s in self.slots if s.policy_version >= 0 and not s.dead]
-        lag = self.learner_steps - sum(versions) / len(versions) if versions else None
+        # Actors can hold weights newer than the last train() result the driver
+        # has seen (they pull mid-call), so clamp instead of showing a negative lag.
+        lag = max(0.0, self.learner_steps - sum(versions) / len(versions)) if versions else None
         metrics = dict(getattr(self, "last_learner_metrics", {}))
         metrics.update({"learner_steps_per_second": self.learn_rate.rate(),
                         "env_steps_per_second": self.env_rate.rate(),
@@ -617,7 +673,9 @@ class Driver:
             "replay_size": self.replay_stats.get("replay_size"),
             "checkpoint": self.checkpoint_path, "logdir": self.logdir, "seconds": seconds,
             "colocate_replay": getattr(self, "colocate", None),
+            "learner_workers": getattr(self, "learner_workers", None),
             "placement": self.plan.describe() if hasattr(self, "plan") else None,
+            "node_placement": getattr(self, "node_placement", None),
             "loop_s": loop_s, **self.phases,
         }
 

@@ -1,7 +1,9 @@
 """``run_on_ray``: the driver of a distributed actor-learner run.
 
 Start order: Ray -> replay (unless co-located in the learner) -> learner
-(restores on ``resume``) -> actors and evaluator. Those are created without
+(restores on ``resume``; with ``num_learner_workers`` W > 1 a
+``learner_group.LearnerGroup`` of W processes, named and called like the one
+learner) -> actors and evaluator. Those are created without
 waiting for the learner, so their imports overlap its build; each asks the
 learner for the replay address and pulls weights before its first step (Ray
 answers once the learner is up). Then one control loop, in this process:
@@ -43,8 +45,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import math
 import os
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from rlplat.distributed import counters
 from rlplat.distributed.errors import RunFailedError, RunInterrupted  # noqa: F401  (part of the API)
@@ -78,6 +81,21 @@ class RayLayoutConfig:
         an evaluation's mean return reaches this; None never stops on return.
       weights_timeout_s: bound on one weight pull by an actor.
       log_to_driver: forward worker stdout/stderr to the console.
+      num_learner_workers: learner PROCESSES (``--num-learner-workers``). 1 is
+        one ``LearnerWorker``. W > 1 starts a ``learner_group.LearnerGroup`` of
+        W workers under MultiWorkerMirroredStrategy (one per node on a cluster):
+        each samples global_batch_size / W transitions per step from Reverb,
+        weights stay identical, only worker 0 keeps checkpoints. Each worker
+        replicates over all of its GPUs (or its CPU), so W > 1 excludes
+        ``num_learner_replicas`` > 1, and replay runs in its own process.
+      actor_resources: custom Ray resources each actor asks for, e.g.
+        ``{"actor": 1}``; None: ``{"actor": 1}`` when some node offers
+        ``actor``, else none; ``{}``: none (see ``resources.plan_resources``).
+      learner_resources: custom resources of the learner (a separate replay
+        server is pinned to the learner's node); None: ``{"learner": 1}`` when
+        some node offers ``learner``, else none; ``{}``: none.
+      actor_cpus: CPUs per actor; None: the resource plan's split.
+      learner_cpus: CPUs of the learner; None: the resource plan's choice.
     """
 
     actor_chunk_steps: int = 1000
@@ -98,9 +116,15 @@ class RayLayoutConfig:
     target_eval_return: Optional[float] = None
     weights_timeout_s: float = 60.0
     log_to_driver: bool = False
+    num_learner_workers: int = 1
+    actor_resources: Optional[Mapping[str, float]] = None
+    learner_resources: Optional[Mapping[str, float]] = None
+    actor_cpus: Optional[float] = None
+    learner_cpus: Optional[float] = None
 
     def __post_init__(self):
-        for name in ("actor_chunk_steps", "learner_chunk_steps", "eval_episodes"):
+        self._check_placement()
+        for name in ("actor_chunk_steps", "learner_chunk_steps", "eval_episodes", "num_learner_workers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
         for name in ("eval_every_actor_steps", "actor_max_restarts"):
@@ -110,6 +134,22 @@ class RayLayoutConfig:
             value = getattr(self, f.name)
             if f.name.endswith("_s") and value is not None and not value > 0:
                 raise ValueError(f"{f.name} must be > 0 (got {getattr(self, f.name)})")
+        if self.num_learner_workers > 1 and self.colocate_replay:
+            raise ValueError(f"--num-learner-workers {self.num_learner_workers} needs replay in its own "
+                             "process: drop colocate_replay=True or use one learner worker")
+
+
+    def _check_placement(self) -> None:
+        from rlplat.distributed import resources  # pylint: disable=g-import-not-at-top  (no Ray)
+
+        for name in ("actor_resources", "learner_resources"):
+            if getattr(self, name) is not None:  # validated, and a plain dict from here on
+                flag = "--" + name.replace("_", "-")
+                object.__setattr__(self, name, resources.check_custom_resources(flag, getattr(self, name)))
+        for name in ("actor_cpus", "learner_cpus"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and 0 < value < math.inf):
+                raise ValueError(f"--{name.replace('_', '-')} must be > 0 (got {value})")
 
 
 def run_on_ray(builder, env: str, env_kwargs: Optional[Dict[str, Any]] = None, *,
@@ -154,6 +194,16 @@ def run_on_ray(builder, env: str, env_kwargs: Optional[Dict[str, Any]] = None, *
         raise ValueError(f"--num-actors must be >= 1 (got {num_actors})")
     if num_learner_replicas is not None and num_learner_replicas < 1:
         raise ValueError(f"--num-learner-replicas must be >= 1 (got {num_learner_replicas})")
+    if layout.num_learner_workers > 1 and num_learner_replicas not in (None, 1):
+        raise ValueError(f"--num-learner-replicas {num_learner_replicas} cannot be combined with "
+                         f"--num-learner-workers {layout.num_learner_workers}: each learner worker uses "
+                         "all of its node's GPUs (or its CPU); drop --num-learner-replicas")
+    workers = layout.num_learner_workers
+    batch = getattr(getattr(builder, "config", None), "global_batch_size", None)
+    if workers > 1 and isinstance(batch, int) and batch % workers:
+        lower = max(workers, batch - batch % workers)
+        raise ValueError(f"--global-batch-size {batch} does not split over --num-learner-workers "
+                         f"{workers}; use a multiple of {workers} such as {lower}")
     if max_actor_steps is not None and max_actor_steps < 1:
         raise ValueError(f"--max-actor-steps must be >= 1 (got {max_actor_steps}); leave it out "
                          "to run until interrupted")

@@ -17,6 +17,7 @@ environment steps per call, a ``LearnerWorker`` a chunk of learner steps.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import threading
@@ -223,6 +224,15 @@ class LearnerWorker:
       threads: TF (intra_op, inter_op) threads.
       use_gpus: replicate over the GPUs Ray gave this worker.
       max_checkpoints_to_keep: checkpoints kept on disk.
+      tf_config: this worker's ``TF_CONFIG`` (a dict) when it is one of several
+        learner workers under MultiWorkerMirroredStrategy (see
+        ``learner_group.LearnerGroup``, which starts them). It is set in this
+        process before the strategy exists; ``num_replicas`` is then ignored
+        (each worker replicates over all of its GPUs, or its one CPU), replay
+        cannot be co-located, and only the chief (worker 0) keeps checkpoint
+        files although every worker saves.
+      collective_timeout_s: with ``tf_config``: a cross-worker collective that
+        waits longer than this fails instead of hanging on a dead peer.
 
     Threading: create it as a threaded Ray actor (``max_concurrency`` >= 3).
     ``train`` runs on one Ray thread while ``get_variables*`` (actors' pulls),
@@ -235,7 +245,16 @@ class LearnerWorker:
     def __init__(self, builder, environment_spec, num_replicas: int, replay_address: Optional[str],
                  logdir: str, *, num_actors: int = 1, replay_host: Optional[str] = None,
                  resume: bool = False, threads: Tuple[int, int] = (1, 2), use_gpus: bool = False,
-                 max_checkpoints_to_keep: int = 3):
+                 max_checkpoints_to_keep: int = 3, tf_config: Optional[Dict[str, Any]] = None,
+                 collective_timeout_s: Optional[float] = None):
+        if tf_config is not None:
+            if replay_address is None:
+                raise ValueError("a learner worker of a multi-worker group cannot host replay; "
+                                 "start a separate ReplayServer (colocate_replay=False)")
+            # Read when the strategy is built (below): it must be set first.
+            os.environ["TF_CONFIG"] = json.dumps(tf_config)
+            num_replicas = 1  # MWMS takes each worker's GPUs (or its CPU) itself.
+        self._tf_config = tf_config
         process.setup_worker(threads[0], threads[1], hide_gpus=not use_gpus,
                              num_cpu_replicas=None if use_gpus else num_replicas)
         from rlplat import replication  # pylint: disable=g-import-not-at-top
@@ -251,7 +270,9 @@ class LearnerWorker:
         else:
             learner_address = self._replay_address = replay_address
 
-        self._replicator = replication.make_replicator(num_replicas=num_replicas)
+        self._replicator = replication.make_replicator(
+            num_replicas=None if tf_config is not None else num_replicas,
+            collective_timeout_s=collective_timeout_s if tf_config is not None else None)
         # The driver writes every role's logs (one place, even across nodes),
         # so the learner gets no logdir of its own.
         self._learner = builder.make_learner(environment_spec, self._replicator, learner_address,
@@ -273,7 +294,9 @@ class LearnerWorker:
         return {"replay_address": self._replay_address, "learner_steps": self._learner.num_steps,
                 "restored_step": self._restored_step, "num_replicas": self._replicator.num_replicas,
                 "devices": self._devices(),
-                "pid": os.getpid(), "node_ip": node_ip(), "replay_colocated": self._server is not None}
+                "pid": os.getpid(), "node_ip": node_ip(), "replay_colocated": self._server is not None,
+                "is_chief": self._replicator.is_chief, "num_workers": self._replicator.num_workers,
+                "worker_index": int(self._tf_config["task"]["index"]) if self._tf_config else 0}
 
     def _devices(self) -> List[str]:
         try:

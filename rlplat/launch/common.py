@@ -73,6 +73,62 @@ def check_run_flags(args: argparse.Namespace, agent: str) -> str:
     return os.path.join("runs", f"{agent}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
 
 
+# ------------------------------------------------------------- placement flags
+PLACEMENT_FLAGS = ("actor_resources", "learner_resources", "actor_cpus", "learner_cpus")
+
+
+def add_placement_flags(parser: argparse.ArgumentParser) -> None:
+    """Where each role runs on a Ray cluster: ``--actor-resources`` and friends.
+
+    Defaults (None) let the run decide: actors ask for ``actor=1`` and the
+    learner for ``learner=1`` when some node of the cluster offers those
+    custom resources (clusters/*.yaml do), and for none on a plain local Ray.
+    """
+    group = parser.add_argument_group("placement (Ray cluster)")
+    group.add_argument("--actor-resources", type=_resources, default=None, metavar="NAME=AMOUNT[,...]",
+                       help="custom Ray resources each actor asks for, e.g. actor=1 (default: actor=1 "
+                            "when a node offers `actor`, else none; 'none' for none)")
+    group.add_argument("--learner-resources", type=_resources, default=None, metavar="NAME=AMOUNT[,...]",
+                       help="custom Ray resources of the learner; a separate replay server runs on the "
+                            "learner's node (default: learner=1 when a node offers `learner`, else none; "
+                            "'none' for none)")
+    group.add_argument("--actor-cpus", type=float, default=None, metavar="CPUS",
+                       help="CPUs per actor (default: the actor nodes' CPUs split evenly, at most 1)")
+    group.add_argument("--learner-cpus", type=float, default=None, metavar="CPUS",
+                       help="CPUs of the learner (default: 1 per replica, at most half the cluster; "
+                            "1 with GPUs)")
+
+
+def placement_from_args(args: argparse.Namespace) -> Dict[str, Any]:
+    """``RayLayoutConfig`` keyword arguments for the placement flags that were given."""
+    for name in ("actor_cpus", "learner_cpus"):
+        value = getattr(args, name, None)
+        if value is not None and not 0 < value < float("inf"):
+            raise UsageError(f"--{name.replace('_', '-')} must be > 0 (got {value:g})")
+    return {name: getattr(args, name) for name in PLACEMENT_FLAGS if getattr(args, name, None) is not None}
+
+
+def _resources(text: str) -> Dict[str, float]:
+    """``"actor=1,fast_net=0.5"`` -> ``{"actor": 1.0, "fast_net": 0.5}``; ``"none"`` -> ``{}``."""
+    if text.strip().lower() in ("", "none"):
+        return {}
+    out: Dict[str, float] = {}
+    for part in text.split(","):
+        name, sep, amount = part.strip().partition("=")
+        try:
+            value = float(amount)
+        except ValueError:
+            value = None
+        if not sep or not name.strip() or value is None:
+            raise argparse.ArgumentTypeError(
+                f"expected NAME=AMOUNT[,NAME=AMOUNT] like actor=1, or 'none'; got {text!r}")
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"{name.strip()} must be > 0 (got {amount.strip()}); "
+                                             "leave a resource out rather than asking for 0 of it")
+        out[name.strip()] = value
+    return out
+
+
 # ---------------------------------------------------------------- config flags
 def add_config_flags(parser: argparse.ArgumentParser, config_cls: type,
                      helps: Mapping[str, str]) -> None:

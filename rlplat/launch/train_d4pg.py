@@ -41,6 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-learner-replicas", type=int, default=None, metavar="K",
                         help="learner replicas: every GPU of the learner node by default, 1 on CPU "
                              "(K > 1 on CPU uses K logical CPU devices)")
+    parser.add_argument("--num-learner-workers", type=int, default=1, metavar="W",
+                        help="learner processes under MultiWorkerMirroredStrategy, one per node on a "
+                             "cluster; each samples global-batch-size/W per step and only worker 0 "
+                             "keeps checkpoints (default: 1)")
     parser.add_argument("--address", default=None, metavar="auto|HOST:PORT",
                         help="Ray cluster to join (default: start a local Ray instance)")
     parser.add_argument("--max-actor-steps", type=int, default=None, metavar="STEPS",
@@ -56,6 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds between evaluation episodes with the greedy policy (default: 30)")
     parser.add_argument("--checkpoint-period", type=float, default=300.0, metavar="SECONDS",
                         help="seconds between checkpoints (default: 300)")
+    common.add_placement_flags(parser)
     common.add_config_flags(parser, D4PGConfig, CONFIG_FLAGS)
 
 
@@ -65,6 +70,8 @@ def check_args(args: argparse.Namespace) -> str:
         raise common.UsageError(f"--num-actors must be >= 1 (got {args.num_actors})")
     if args.num_learner_replicas is not None and args.num_learner_replicas < 1:
         raise common.UsageError(f"--num-learner-replicas must be >= 1 (got {args.num_learner_replicas})")
+    if args.num_learner_workers < 1:
+        raise common.UsageError(f"--num-learner-workers must be >= 1 (got {args.num_learner_workers})")
     if args.max_actor_steps is not None and args.max_actor_steps < 1:
         raise common.UsageError(f"--max-actor-steps must be >= 1 (got {args.max_actor_steps}); "
                                 "leave it out to run until interrupted")
@@ -104,8 +111,13 @@ def run(args: argparse.Namespace) -> int:
     from rlplat.distributed.layout import RayLayoutConfig, run_on_ray  # pylint: disable=g-import-not-at-top
 
     env_kwargs = {"action_repeat": args.action_repeat} if args.action_repeat != 1 else {}
-    knobs = RayLayoutConfig(eval_every_actor_steps=0, eval_every_s=args.eval_period,
-                            checkpoint_every_s=args.checkpoint_period)
+    try:
+        knobs = RayLayoutConfig(eval_every_actor_steps=0, eval_every_s=args.eval_period,
+                                checkpoint_every_s=args.checkpoint_period,
+                                num_learner_workers=args.num_learner_workers,
+                                **common.placement_from_args(args))
+    except ValueError as e:
+        raise common.UsageError(str(e)) from None
     print(f"{'resuming' if args.resume else 'run'} in {logdir}", flush=True)
     try:
         summary = run_on_ray(D4PGBuilder(config=config), args.env, env_kwargs,

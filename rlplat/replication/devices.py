@@ -80,7 +80,8 @@ def cluster_from_tf_config() -> Optional[dict]:
 
 def make_strategy(num_replicas: Optional[int] = None,
                   devices: Optional[Sequence[str]] = None,
-                  tpu: Optional[str] = None) -> tf.distribute.Strategy:
+                  tpu: Optional[str] = None,
+                  collective_timeout_s: Optional[float] = None) -> tf.distribute.Strategy:
     """Builds the strategy for this process; see the module docstring for the order.
 
     Args:
@@ -90,6 +91,9 @@ def make_strategy(num_replicas: Optional[int] = None,
       devices: explicit device strings; overrides `num_replicas`.
       tpu: a TPU name or address; `TPU_NAME` in the environment also selects
         TPUStrategy.
+      collective_timeout_s: multi-worker only: a cross-worker collective that
+        has not completed after this long fails (DeadlineExceeded) instead of
+        waiting forever for a peer that died or stalled. None: no bound.
     """
     tpu = tpu or os.environ.get("TPU_NAME")
     if tpu:
@@ -106,7 +110,10 @@ def make_strategy(num_replicas: Optional[int] = None,
             raise ReplicationError(
                 "num_replicas/devices cannot be combined with a multi-worker TF_CONFIG; "
                 "each worker uses all of its GPUs (or its CPU): drop --num-replicas")
-        return tf.distribute.MultiWorkerMirroredStrategy()
+        if collective_timeout_s is not None and not collective_timeout_s > 0:
+            raise ReplicationError(f"collective_timeout_s must be > 0 (got {collective_timeout_s})")
+        options = tf.distribute.experimental.CommunicationOptions(timeout_seconds=collective_timeout_s)
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 
     if devices is None:
         devices = _local_devices(num_replicas)

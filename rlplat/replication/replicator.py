@@ -219,11 +219,14 @@ def _mean_aggregate_gradients(self, grads_and_vars):
 
 def make_replicator(num_replicas: Optional[int] = None,
                     devices: Optional[Sequence[str]] = None,
-                    tpu: Optional[str] = None) -> Replicator:
+                    tpu: Optional[str] = None,
+                    collective_timeout_s: Optional[float] = None) -> Replicator:
     """Builds the Replicator for this process (see `devices.make_strategy`).
 
     Create one per process, after `TF_CONFIG` is set. On a CPU-only machine
     `num_replicas=N` splits the CPU into N logical devices, which must happen
-    before TensorFlow runs its first op.
+    before TensorFlow runs its first op. `collective_timeout_s` bounds each
+    cross-worker collective under MultiWorkerMirroredStrategy.
     """
-    return Replicator(devices_lib.make_strategy(num_replicas=num_replicas, devices=devices, tpu=tpu))
+    return Replicator(devices_lib.make_strategy(num_replicas=num_replicas, devices=devices, tpu=tpu,
+                                                collective_timeout_s=collective_timeout_s))

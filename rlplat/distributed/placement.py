@@ -1,0 +1,99 @@
+"""Where a run's workers go (Ray options) and where they went (a report).
+
+``ray_options(plan, role)`` turns a ``resources.ResourcePlan`` into Ray actor
+options: actors ask for their custom resources (e.g. ``{"actor": 1}``), so
+Ray keeps them on actor nodes; the learner asks for its own (e.g.
+``{"learner": 1}``) and, on a multi-node cluster, is pinned together with a
+separate replay server to the node the plan chose. Replay starts before the
+learner (the learner needs its address), so pinning both to one node, rather
+than a resource, is what keeps them together, and the replay server need
+not hold a share of ``learner``.
+
+``locate(named_handles, nodes, timeout_s)`` asks each live worker for its
+node and returns one record per worker; ``describe`` makes console lines of
+it. The driver prints them at start and stores them in ``run_info.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import ray
+
+from rlplat.distributed import resources
+
+
+def ray_options(plan: resources.ResourcePlan, role: str) -> Dict[str, Any]:
+    """Extra ``ray.remote(...).options`` for ``role`` ("actor", "learner", "replay", ...)."""
+    options: Dict[str, Any] = {}
+    wanted = {"actor": plan.actor_resources, "learner": plan.learner_resources}.get(role)
+    if wanted:
+        options["resources"] = dict(wanted)
+    if role in ("learner", "replay") and plan.learner_node_id:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # pylint: disable=g-import-not-at-top
+
+        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(plan.learner_node_id, soft=False)
+    return options
+
+
+def _where_am_i(_worker) -> Dict[str, Any]:
+    """Runs inside a worker (through ``__ray_call__``): its node ID and process ID."""
+    return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
+
+
+def locate(named_handles: Sequence[Tuple[str, Any]], nodes: Sequence[resources.NodeInfo],
+           timeout_s: float) -> Dict[str, Optional[Dict[str, Any]]]:
+    """``{name: {"node_id", "node_ip", "custom_resources", "pid"}}`` for each worker.
+
+    Each worker runs ``_where_am_i`` through Ray's ``__ray_call__`` (after its
+    ``__init__``, on the live process). A worker that does not answer within
+    ``timeout_s`` in total, or has died, maps to None: the report never holds
+    up or fails a run.
+    """
+    refs = {name: handle.__ray_call__.remote(_where_am_i) for name, handle in named_handles
+            if handle is not None}
+    done, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
+    done = set(done)
+    by_id = {n.node_id: n for n in nodes}
+    out: Dict[str, Optional[Dict[str, Any]]] = {}
+    for name, ref in refs.items():
+        where = None
+        if ref in done:
+            try:
+                where = ray.get(ref, timeout=1.0)
+            except ray.exceptions.RayError:
+                where = None
+        node = by_id.get(where["node_id"]) if where else None
+        out[name] = None if where is None else {
+            **where, "node_ip": node.ip if node else None,
+            "custom_resources": node.custom_resources() if node else {}}
+    return out
+
+
+def describe(placement: Mapping[str, Optional[Mapping[str, Any]]]) -> List[str]:
+    """One line per node: ``learner, replay on 10.0.0.1 (node 1a2b3c4d, learner=1)``."""
+    groups: Dict[str, List[str]] = {}
+    for name, where in placement.items():
+        if where is None:
+            key = "no node yet (not up or failed; see the worker logs)"
+        else:
+            extra = "".join(f", {k}={v:g}" for k, v in sorted(where.get("custom_resources", {}).items()))
+            key = f"{where.get('node_ip')} (node {str(where.get('node_id'))[:8]}{extra})"
+        groups.setdefault(key, []).append(name)
+    return [f"{', '.join(names)} on {key}" for key, names in groups.items()]
+
+
+def update_run_info(logdir: str, fields: Mapping[str, Any]) -> None:
+    """Adds ``fields`` to ``<logdir>/run_info.json`` in place (best effort)."""
+    path = os.path.join(logdir, "run_info.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+        record.update(fields)
+        with open(path + ".tmp", "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=2, default=str)
+        os.replace(path + ".tmp", path)
+    except (OSError, ValueError):
+        pass  # the placement was printed; a missing record must not stop the run

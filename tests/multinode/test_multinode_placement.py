@@ -1,0 +1,155 @@
+"""Placement on a real three-node Ray cluster: actors on actor nodes, learner + replay on the head.
+
+scripts/multinode_cluster.sh starts a head (``{"learner": 1}``, 3 CPUs) and two
+workers (``{"actor": 1}``, 1 CPU each), each in its own network namespace with
+its own address, token authentication on. ``rlplat train d4pg --address``
+runs a short D4PG on it as a driver on the head; afterwards Ray's state API
+(``ray.util.state``, through the head's dashboard) says where every worker
+ran. The head has CPUs to spare for both actors, so they reach the workers
+only because they ask for ``actor``: without placement this test fails.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SCRIPT = os.path.join(REPO, "scripts", "multinode_cluster.sh")
+HEAD, W1, W2 = "10.231.7.1", "10.231.7.2", "10.231.7.3"
+DASHBOARD = f"http://{HEAD}:8266"
+MAX_ACTOR_STEPS = 2000
+NUM_ACTORS = 2
+
+
+
+def _namespaces_work() -> bool:
+    """Root, the tools, and a kernel/container that lets us make PID + network namespaces."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return False
+    if not all(shutil.which(t) for t in ("unshare", "nsenter", "ip")):
+        return False
+    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "--net", "--", "ip", "link",
+                            "add", "probe0", "type", "bridge"], capture_output=True, timeout=30)
+    return probe.returncode == 0
+
+
+pytestmark = [
+    pytest.mark.multiprocess,
+    pytest.mark.slow,
+    pytest.mark.skipif(not _namespaces_work(),
+                       reason="needs root, unshare/nsenter/ip and permission to create PID and "
+                              "network namespaces (scripts/multinode_cluster.sh)"),
+    pytest.mark.skipif(not os.path.exists(os.path.join(REPO, ".venv", "bin", "ray")),
+                       reason="needs the project venv (scripts/setup.sh)"),
+]
+
+# Runs on the head after the training run: every node, and every actor the
+# run created (dead by now; the GCS keeps their records).
+_STATE_QUERY = f"""
+import json
+from ray.util.state import list_actors, list_nodes
+nodes = list_nodes(address={DASHBOARD!r}, timeout=30)
+actors = list_actors(address={DASHBOARD!r}, timeout=30, limit=1000, detail=True)
+print(json.dumps({{
+    "nodes": [{{"node_id": n.node_id, "ip": n.node_ip, "state": n.state,
+                "resources": n.resources_total}} for n in nodes],
+    "actors": [{{"class_name": a.class_name, "node_id": a.node_id, "state": a.state,
+                 "pid": a.pid}} for a in actors],
+}}))
+"""
+
+
+def _script(*args, timeout):
+    return subprocess.run([SCRIPT, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    state = str(tmp_path_factory.mktemp("multinode") / "cluster")
+    up = _script("up", state, timeout=200)
+    try:
+        assert up.returncode == 0, f"cluster did not start: {up.stderr.strip()[-2000:]}"
+        assert up.stdout.strip() == f"{HEAD}:6391"
+        yield state
+    finally:
+        _script("down", state, timeout=90)  # a no-op once test_down_leaves_nothing ran
+
+
+@pytest.fixture(scope="module")
+def trained(cluster, tmp_path_factory):
+    logdir = str(tmp_path_factory.mktemp("multinode") / "run")
+    command = ["rlplat", "train", "d4pg", "--address", f"{HEAD}:6391", "--env", "cartpole:swingup",
+               "--num-actors", str(NUM_ACTORS), "--max-actor-steps", str(MAX_ACTOR_STEPS),
+               "--logdir", logdir, "--seed", "3",
+               "--policy-layer-sizes", "32,32", "--critic-layer-sizes", "32,32",
+               "--global-batch-size", "32", "--min-replay-size", "200", "--samples-per-insert", "4",
+               "--max-replay-size", "10000"]
+    run = _script("exec", cluster, "head", "--", *command, timeout=400)
+    assert run.returncode == 0, (f"training failed (exit {run.returncode}):\n"
+                                 f"{run.stdout[-3000:]}\n{run.stderr[-3000:]}")
+    query = _script("exec", cluster, "head", "--", "python", "-c", _STATE_QUERY, timeout=120)
+    assert query.returncode == 0, query.stderr[-3000:]
+    state = json.loads(query.stdout.strip().splitlines()[-1])
+    with open(os.path.join(logdir, "run_info.json"), encoding="utf-8") as f:
+        run_info = json.load(f)
+    return {"stdout": run.stdout, "state": state, "run_info": run_info}
+
+
+def _node_ips(state):
+    return {n["node_id"]: n["ip"] for n in state["nodes"]}
+
+
+def _where(state, class_name):
+    ips = _node_ips(state)
+    return [ips.get(a["node_id"]) for a in state["actors"] if a["class_name"] == class_name]
+
+
+def test_cluster_has_three_nodes_with_role_resources(trained):
+    nodes = {n["ip"]: n for n in trained["state"]["nodes"]}
+    assert set(nodes) == {HEAD, W1, W2}
+    assert all(n["state"] == "ALIVE" for n in nodes.values())
+    assert nodes[HEAD]["resources"].get("learner") == 1
+    assert nodes[W1]["resources"].get("actor") == nodes[W2]["resources"].get("actor") == 1
+    assert "actor" not in nodes[HEAD]["resources"]
+
+
+def test_run_finished_its_steps(trained):
+    done = [line for line in trained["stdout"].splitlines() if line.startswith("done:")]
+    assert done, trained["stdout"][-2000:]
+    actor_steps = int(done[-1].split()[1].replace(",", ""))
+    assert actor_steps >= MAX_ACTOR_STEPS
+
+
+def test_actors_ran_on_the_worker_nodes(trained):
+    # One `actor` unit per worker and one per actor: one actor on each worker.
+    assert sorted(_where(trained["state"], "ActorWorker")) == [W1, W2]
+
+
+def test_learner_and_replay_ran_on_the_head(trained):
+    assert _where(trained["state"], "LearnerWorker") == [HEAD]
+    assert _where(trained["state"], "ReplayServer") == [HEAD]
+
+
+def test_driver_reported_the_same_placement(trained):
+    """The placement the driver printed and stored in run_info.json matches Ray's records."""
+    placement = trained["run_info"]["node_placement"]
+    ips = _node_ips(trained["state"])
+    by_class = {"LearnerWorker": ["learner"], "ReplayServer": ["replay"],
+                "ActorWorker": [f"actor {i}" for i in range(NUM_ACTORS)]}
+    for class_name, names in by_class.items():
+        recorded = sorted(placement[name]["node_id"] for name in names)
+        from_ray = sorted(a["node_id"] for a in trained["state"]["actors"] if a["class_name"] == class_name)
+        assert recorded == from_ray, class_name
+        assert all(placement[name]["node_ip"] == ips[placement[name]["node_id"]] for name in names)
+    assert placement["learner"]["custom_resources"] == {"learner": 1.0}
+    assert "placement: learner, replay" in trained["stdout"]
+
+
+def test_down_leaves_nothing(cluster, trained):
+    del trained  # runs last: the cluster is needed until the queries are done
+    down = _script("down", cluster, timeout=90)
+    assert down.returncode == 0, down.stderr
+    assert "no processes left" in down.stdout
