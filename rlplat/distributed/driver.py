@@ -427,6 +427,7 @@ class Driver:
             return
         slot.failures = 0  # A full chunk since the last failure: it recovered.
         slot.chunks_after_restart += bool(stats.get("restarted"))
+        slot.seed = int(stats.get("seed", slot.seed))  # a restarted process reseeds itself
         steps = int(stats.get("env_steps", slot.chunk))
         self.actor_steps += steps
         slot.steps += steps

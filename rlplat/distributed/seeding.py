@@ -35,3 +35,16 @@ def role_seed(global_seed: int, role: str, index: int = 0) -> int:
 def actor_seed(global_seed: int, actor_index: int) -> int:
     """The seed of actor ``actor_index`` (its environment and exploration noise)."""
     return role_seed(global_seed, "actor", actor_index)
+
+
+def restart_seed(seed: int, salt: int) -> int:
+    """A new seed for a worker that Ray restarted after a crash.
+
+    Re-running ``__init__`` with the original seed would replay the first
+    life's environment resets and exploration noise, feeding replay duplicate
+    experience. Mixing in ``salt`` (anything that differs between lives, e.g.
+    the new process id) gives a fresh stream; exact reproducibility was already
+    lost with the crash.
+    """
+    sequence = np.random.SeedSequence(entropy=(int(seed), int(salt)))
+    return int(sequence.generate_state(1, np.uint32)[0] & 0x7FFFFFFF)

@@ -30,6 +30,7 @@ import ray
 
 from rlplat.distributed import counters
 from rlplat.distributed import process
+from rlplat.distributed import seeding
 from rlplat.distributed.variables import RemoteVariableSource
 
 CHECKPOINT_SUBDIR = counters.CHECKPOINT_SUBDIR
@@ -157,7 +158,10 @@ class ActorWorker:
         from rlplat import specs  # pylint: disable=g-import-not-at-top
 
         self._index = int(actor_index)
-        self._seed = int(seed)
+        self._restarted = _was_restarted()
+        # After a crash Ray re-runs __init__ with the same arguments; a fresh seed
+        # keeps the restarted process from replaying its first life's episodes.
+        self._seed = seeding.restart_seed(seed, os.getpid()) if self._restarted else int(seed)
         self._environment = _make_environment(env_name, env_kwargs, self._seed)
         spec = specs.make_environment_spec(self._environment)
         self._source = RemoteVariableSource(variable_source, timeout_s=weights_timeout_s,
@@ -169,7 +173,6 @@ class ActorWorker:
         self._actor.update(wait=True)
         self._loop = _make_loop(self._environment, self._actor)
         self._total_steps = 0
-        self._restarted = _was_restarted()
 
     def info(self) -> Dict[str, Any]:
         """Identity of this worker (for tests and the run log)."""

@@ -163,6 +163,8 @@ def test_resume_continues_and_a_killed_actor_is_restarted(first_run):
     # The killed actor came back (a new process) and ran chunks again.
     restarted = [a for a in summary["actors"] if a["failures"]]
     assert restarted and all(a["chunks_after_restart"] >= 1 for a in restarted), summary["actors"]
+    # ...with a fresh seed, so it does not replay its first life's episodes.
+    assert all(a["seed"] != seeding.actor_seed(SEED, a["index"]) for a in restarted)
     # Counters continued from the checkpoint rather than restarting at zero.
     assert summary["actor_steps"] >= total
     assert summary["learner_steps"] > first["learner_steps"]

@@ -44,6 +44,14 @@ def test_actor_seeds_are_distinct_and_deterministic():
         seeding.role_seed(7, "critic")
 
 
+def test_a_restarted_actor_gets_a_fresh_but_valid_seed():
+    seed = seeding.actor_seed(7, 0)
+    restarted = [seeding.restart_seed(seed, pid) for pid in (1234, 1235, 99999)]
+    assert seed not in restarted and len(set(restarted)) == 3
+    assert all(0 <= s < 2**31 for s in restarted)
+    assert restarted[0] == seeding.restart_seed(seed, 1234)
+
+
 def test_resource_plan_fits_two_actors_and_a_learner_on_two_cores():
     plan = resources.plan_resources(2, 0, num_actors=2, num_learner_replicas=1)
     assert plan.learner_cpus == 1 and plan.actor_cpus == 0.5 and plan.learner_gpus == 0
