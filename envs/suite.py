@@ -83,7 +83,12 @@ def _parse_name(name: str) -> tuple[str, str]:
 
 
 def check_name(name: str) -> None:
-    """Validates "domain:task" without building anything (for CLIs, before work starts)."""
+    """Validates "domain:task" (or "gym:<id>") without building anything (for CLIs)."""
+    if isinstance(name, str) and name.startswith("gym:"):
+        from envs import gym_adapter  # pylint: disable=g-import-not-at-top  (gymnasium: lazy)
+
+        gym_adapter.check_name(name)
+        return
     _parse_name(name)
 
 
@@ -160,7 +165,16 @@ def make_environment(
 
     Raises:
       UnknownEnvironmentError: `name` is malformed or not a suite task.
+
+    Names "gym:<id>" (e.g. "gym:CartPole-v1") build a gymnasium environment
+    instead, through `envs.gym_adapter` (same arguments).
     """
+    if isinstance(name, str) and name.startswith("gym:"):
+        from envs import gym_adapter  # pylint: disable=g-import-not-at-top  (gymnasium: lazy)
+
+        return gym_adapter.make_gym_environment(
+            name, seed=seed, action_repeat=action_repeat, time_limit=time_limit,
+            flatten=flatten, canonical_actions=canonical_actions)
     domain, task = _parse_name(name)
     _check_int(seed, "seed", 0, allow_none=True)
     _check_int(time_limit, "time_limit", 1, allow_none=True)

@@ -21,6 +21,12 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         names = [":".join(t) if isinstance(t, (tuple, list)) else t for t in list_tasks()]
+        try:
+            from envs import gym_adapter  # pylint: disable=g-import-not-at-top
+
+            names += gym_adapter.list_gym_tasks()  # "gym:<id>" names
+        except ImportError:  # gymnasium not installed (or a stand-in envs module)
+            pass
         sys.stdout.write("\n".join(names) + "\n")
         sys.stdout.flush()
     except BrokenPipeError:

@@ -15,6 +15,7 @@ HELP = "train an agent"
 TRAINERS = (
     "rlplat.launch.train_supervised",
     "rlplat.launch.train_d4pg",
+    "rlplat.launch.train_impala",
 )
 
 

@@ -1,0 +1,192 @@
+"""The IMPALA actor: a NumPy copy of the policy, sampling actions, writing unrolls.
+
+Per step the actor records, through ``SequenceAdder``: the action it sampled,
+the behaviour policy's outputs (``extras``: categorical logits, or Gaussian
+mean and log-std; plus the LSTM state the step started from), the log-prob of
+the action under that policy, and the version of the weights that chose it.
+The learner turns these into importance weights (V-trace) and policy lag.
+
+TensorFlow never runs per step: the policy is ``networks.NumpyPolicy``.
+Weights are pulled before the first action (a bounded wait: no random policy
+ever acts) and then every ``variable_update_period`` observed steps; a pull
+that finds nothing newer moves no weights.
+
+``evaluation=True`` acts greedily (argmax, or the Gaussian mean) and records
+nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, Optional
+
+import dm_env
+import numpy as np
+from dm_env import specs
+
+from agents.impala import networks
+from rlplat import core
+
+_LOG_2PI = float(np.log(2.0 * np.pi))
+
+
+def extras_spec(environment_spec: Any, config: Any) -> Dict[str, specs.Array]:
+    """What the actor records per step besides the action (the unroll's ``extras``)."""
+    actions = environment_spec.actions
+    out: Dict[str, specs.Array] = {}
+    if isinstance(actions, specs.DiscreteArray):
+        out["logits"] = specs.Array((int(actions.num_values),), np.float32)
+    else:
+        size = int(np.prod(actions.shape))
+        out["mean"] = specs.Array((size,), np.float32)
+        out["log_std"] = specs.Array((size,), np.float32)
+    if config.core == "lstm":
+        out["core_state"] = specs.Array((2 * config.lstm_size,), np.float32)
+    return out
+
+
+def action_spec_for_replay(environment_spec: Any) -> specs.Array:
+    """Actions as replay stores them: a scalar for discrete, a flat vector otherwise."""
+    actions = environment_spec.actions
+    if isinstance(actions, specs.DiscreteArray):
+        return specs.Array((), np.float32)
+    return specs.Array((int(np.prod(actions.shape)),), np.float32)
+
+
+def make_numpy_policy(environment_spec: Any, config: Any) -> networks.NumpyPolicy:
+    """An empty NumPy policy shaped for ``config`` (weights come from the learner)."""
+    discrete = isinstance(environment_spec.actions, specs.DiscreteArray)
+    return networks.NumpyPolicy(len(config.layer_sizes), config.core == "lstm", discrete)
+
+
+class IMPALAActor(core.Actor):
+    """Samples from the current policy and records unrolls (see module docstring).
+
+    Args:
+      policy: a ``NumpyPolicy`` (its weights are replaced on every pull).
+      action_spec: the environment's action spec.
+      variable_source: serves ``get_variables(["policy"])``.
+      adder: a ``SequenceAdder`` (or anything with ``add_first``/``add``);
+        None records nothing.
+      seed: seeds action sampling.
+      evaluation: act greedily.
+      variable_update_period: observed steps between weight pulls.
+      wait_timeout_s: how long the first pull may wait for weights.
+    """
+
+    def __init__(self, policy: networks.NumpyPolicy, action_spec: Any,
+                 variable_source: core.VariableSource, adder: Any = None, *,
+                 seed: Optional[int] = None, evaluation: bool = False,
+                 variable_update_period: int = 100, wait_timeout_s: float = 120.0):
+        if variable_update_period < 1:
+            raise ValueError(f"variable_update_period must be >= 1 (got {variable_update_period})")
+        self._policy = policy
+        self._discrete = isinstance(action_spec, specs.DiscreteArray)
+        self._action_shape = tuple(action_spec.shape)
+        self._source = variable_source
+        self._adder = adder
+        self._greedy = bool(evaluation)
+        self._rng = np.random.default_rng(seed)
+        self._period = int(variable_update_period)
+        self._wait_timeout_s = float(wait_timeout_s)
+        self._version = -1
+        self._since_update = 0
+        self._state = None       # core state at the current observation
+        self._next_state = None  # core state after it (once an action was chosen)
+        self._record: tuple = ()  # (replay action, extras, log_prob) of the last action
+        self._draws = np.zeros(0, np.float64)
+        self._draw_index = 0
+
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    # --------------------------------------------------------------- acting
+    def select_action(self, observation: np.ndarray):
+        if self._version < 0:
+            self.update(wait=True)
+        if self._state is None and self._policy.state_size:
+            self._state = self._policy.initial_state()
+        out, self._next_state = self._policy(observation, self._state)
+        extras: Dict[str, np.ndarray] = {}
+        if self._discrete:
+            extras["logits"] = out
+            if self._greedy:
+                action, log_prob = int(np.argmax(out)), 0.0
+            else:
+                # Inverse-CDF sampling with pre-drawn uniforms: one Generator
+                # call per step would cost as much as the policy itself.
+                shifted = out - out.max()
+                cdf = np.cumsum(np.exp(shifted))
+                action = int(np.searchsorted(cdf, self._uniform() * cdf[-1], side="right"))
+                action = min(action, len(cdf) - 1)
+                log_prob = float(shifted[action] - np.log(cdf[-1]))
+            replay_action = np.float32(action)
+            env_action = np.int32(action)
+        else:
+            size = out.shape[0] // 2
+            mean, log_std = out[:size], networks.squash_log_std(out[size:]).astype(np.float32)
+            extras["mean"], extras["log_std"] = mean, log_std
+            if self._greedy:
+                sample, log_prob = mean, 0.0
+            else:
+                noise = self._rng.standard_normal(size).astype(np.float32)
+                sample = mean + np.exp(log_std) * noise
+                log_prob = float(np.sum(-0.5 * noise * noise - log_std) - 0.5 * _LOG_2PI * size)
+            # The environment gets the clipped sample; replay keeps the sample
+            # the log-prob belongs to (see networks module docstring).
+            replay_action = sample.astype(np.float32)
+            env_action = np.clip(sample, -1.0, 1.0).astype(np.float32).reshape(self._action_shape)
+        if self._state is not None:
+            extras["core_state"] = self._state
+        self._record = (replay_action, extras, log_prob)
+        return env_action
+
+    def _uniform(self) -> float:
+        if self._draw_index >= len(self._draws):
+            self._draws = self._rng.random(1024)
+            self._draw_index = 0
+        value = self._draws[self._draw_index]
+        self._draw_index += 1
+        return value
+
+    # ------------------------------------------------------------ observing
+    def observe_first(self, timestep: dm_env.TimeStep) -> None:
+        self._state = None  # Zeros at the first action (once weights set the size).
+        if self._adder is not None:
+            self._adder.add_first(timestep)
+
+    def observe(self, action, next_timestep: dm_env.TimeStep) -> None:
+        del action  # The recorded one (the unclipped sample) is in self._record.
+        if self._adder is not None:
+            replay_action, extras, log_prob = self._record
+            self._adder.add(replay_action, next_timestep, extras=extras,
+                            behaviour_log_prob=log_prob, policy_version=self._version)
+        self._state = self._next_state
+        self._since_update += 1
+
+    # -------------------------------------------------------------- weights
+    def update(self, wait: bool = False) -> None:
+        """Pulls weights if due (every ``variable_update_period`` steps) or if ``wait``.
+
+        ``wait=True`` (and the first action) block until the source serves
+        weights, raising ``TimeoutError`` after ``wait_timeout_s``.
+        """
+        if not wait and self._since_update < self._period and self._version >= 0:
+            return
+        self._since_update = 0
+        deadline = time.monotonic() + self._wait_timeout_s
+        while True:
+            version, weights = self._source.get_variables(["policy"])
+            arrays = (weights or {}).get("policy")
+            if version >= 0 and arrays:
+                break
+            if not wait and self._version >= 0:
+                return
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"actor got no policy weights within {self._wait_timeout_s:g}s "
+                                   f"(last version {version}); is the learner running?")
+            time.sleep(0.05)
+        if version != self._version:
+            self._policy.load(arrays)
+            self._version = int(version)

@@ -1,0 +1,152 @@
+"""IMPALA hyperparameters: one frozen, validated dataclass.
+
+Loss weights and V-trace clips follow Espeholt et al. 2018 (baseline cost 0.5,
+entropy cost 0.01, rho_bar = c_bar = 1). The rest is tuned so gym:CartPole-v1
+learns in a few minutes on a 2-core machine: a small MLP, Adam rather than the
+paper's RMSProp (less sensitive to the learning rate at this scale), short
+unrolls and small batches so the learner keeps up with two actors.
+
+Every field maps to a command-line flag spelled with dashes
+(``unroll_length`` -> ``--unroll-length``); validation errors are one line and
+name the flag to change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Dict, Optional, Tuple
+
+CORES = ("mlp", "lstm")
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+@dataclasses.dataclass(frozen=True)
+class IMPALAConfig:
+    """Validated IMPALA hyperparameters. Build, ``replace(...)``, never mutate.
+
+    Attributes:
+      unroll_length: T, transitions per unroll (each item holds T + 1 steps).
+      global_batch_size: unrolls per learner step, summed over all replicas;
+        each replica sees ``global_batch_size / num_replicas``.
+      discount: per-step discount gamma (times the environment's discount).
+      learning_rate: Adam learning rate.
+      adam_epsilon: Adam's epsilon.
+      entropy_cost: weight of the entropy bonus.
+      baseline_cost: weight of the value (baseline) loss.
+      clip_rho_threshold: V-trace rho_bar.
+      clip_c_threshold: V-trace c_bar.
+      max_gradient_norm: gradients are clipped to this global norm (after
+        the all-reduce, so N replicas train like one).
+      core: "mlp" (feed-forward) or "lstm" (an LSTM after the MLP torso).
+      layer_sizes: hidden sizes of the ReLU MLP torso.
+      lstm_size: LSTM units when ``core == "lstm"``.
+      queue_size: capacity of the replay queue in unrolls. When full, actors
+        block (back-pressure) instead of growing memory.
+      max_policy_lag: unrolls whose policy is more than this many learner
+        steps behind are dropped from the loss (and counted); None keeps all.
+      variable_update_period: actor steps between weight pulls.
+    """
+
+    unroll_length: int = 20
+    global_batch_size: int = 32
+    discount: float = 0.99
+    learning_rate: float = 1e-3
+    adam_epsilon: float = 1e-7
+    entropy_cost: float = 0.01
+    baseline_cost: float = 0.5
+    clip_rho_threshold: float = 1.0
+    clip_c_threshold: float = 1.0
+    max_gradient_norm: float = 40.0
+    core: str = "mlp"
+    layer_sizes: Tuple[int, ...] = (64, 64)
+    lstm_size: int = 64
+    queue_size: int = 128
+    max_policy_lag: Optional[int] = None
+    variable_update_period: int = 100
+
+    _INT_FIELDS = ("unroll_length", "global_batch_size", "lstm_size", "queue_size",
+                   "variable_update_period")
+    _FLOAT_FIELDS = ("discount", "learning_rate", "adam_epsilon", "entropy_cost",
+                     "baseline_cost", "clip_rho_threshold", "clip_c_threshold",
+                     "max_gradient_norm")
+
+    def __post_init__(self) -> None:
+        for name in self._INT_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name} must be an integer (got {value!r}); "
+                                 f"set {_flag(name)} to a whole number")
+        lag = self.max_policy_lag
+        if lag is not None and (isinstance(lag, bool) or not isinstance(lag, int)):
+            raise ValueError(f"max_policy_lag must be an integer or None (got {lag!r}); "
+                             "set --max-policy-lag to a whole number or leave it out")
+        for name in self._FLOAT_FIELDS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{name} must be a number (got {value!r}); "
+                                 f"set {_flag(name)} to a finite number")
+            if not math.isfinite(value):
+                raise ValueError(f"{name} must be finite (got {value!r}); "
+                                 f"set {_flag(name)} to a finite number")
+            object.__setattr__(self, name, float(value))
+        if self.core not in CORES:
+            raise ValueError(f"core must be one of {CORES} (got {self.core!r}); "
+                             "set --core mlp or --core lstm")
+        value = self.layer_sizes
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+            raise ValueError(f"layer_sizes must be a sequence of positive ints (got {value!r}); "
+                             "set --layer-sizes like 64,64")
+        sizes = tuple(value)
+        if not sizes or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes):
+            raise ValueError(f"layer_sizes must be a non-empty sequence of positive ints "
+                             f"(got {value!r}); set --layer-sizes like 64,64")
+        object.__setattr__(self, "layer_sizes", sizes)
+        self._check_ranges()
+
+    def _check_ranges(self) -> None:
+        def need(ok: bool, name: str, rule: str, fix: str) -> None:
+            if not ok:
+                raise ValueError(f"{name} must be {rule} (got {getattr(self, name)!r}); "
+                                 f"set {_flag(name)} {fix}")
+
+        need(self.unroll_length >= 1, "unroll_length", ">= 1", "1 or more (e.g. 20)")
+        need(self.global_batch_size >= 1, "global_batch_size", ">= 1", "1 or more (e.g. 32)")
+        need(0.0 <= self.discount <= 1.0, "discount", "in [0, 1]", "between 0 and 1 (e.g. 0.99)")
+        need(self.learning_rate > 0.0, "learning_rate", "> 0", "above 0 (e.g. 1e-3)")
+        need(self.adam_epsilon > 0.0, "adam_epsilon", "> 0", "above 0 (e.g. 1e-7)")
+        need(self.entropy_cost >= 0.0, "entropy_cost", ">= 0", "to 0 or more (e.g. 0.01)")
+        need(self.baseline_cost >= 0.0, "baseline_cost", ">= 0", "to 0 or more (e.g. 0.5)")
+        need(self.clip_rho_threshold > 0.0, "clip_rho_threshold", "> 0", "above 0 (e.g. 1)")
+        need(self.clip_c_threshold > 0.0, "clip_c_threshold", "> 0", "above 0 (e.g. 1)")
+        need(self.max_gradient_norm > 0.0, "max_gradient_norm", "> 0", "above 0 (e.g. 40)")
+        need(self.lstm_size >= 1, "lstm_size", ">= 1", "1 or more (e.g. 64)")
+        need(self.queue_size >= self.global_batch_size, "queue_size",
+             f">= global_batch_size ({self.global_batch_size})",
+             f"to {self.global_batch_size} or more, or lower --global-batch-size")
+        need(self.max_policy_lag is None or self.max_policy_lag >= 0, "max_policy_lag",
+             ">= 0", "to 0 or more, or leave it out to keep every unroll")
+        need(self.variable_update_period >= 1, "variable_update_period", ">= 1",
+             "1 or more (e.g. 100)")
+
+    def replace(self, **changes: Any) -> "IMPALAConfig":
+        """Returns a validated copy with ``changes`` applied.
+
+        Raises:
+          TypeError: a key is not an IMPALAConfig field.
+          ValueError: a new value is invalid (one-line message naming the flag).
+        """
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise TypeError(f"unknown IMPALAConfig field(s) {unknown}; valid fields: {sorted(names)}")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Plain, JSON-serialisable dict; ``IMPALAConfig(**cfg.to_dict())`` round-trips."""
+        out = dataclasses.asdict(self)
+        out["layer_sizes"] = list(out["layer_sizes"])
+        return out

@@ -1,0 +1,243 @@
+"""The IMPALA learner: V-trace actor-critic on batches of unrolls, replicated.
+
+The step (``_step_fn``) is written for ONE replica and follows the platform's
+gradient convention: gradients are averaged with an explicit
+``all_reduce(grads, "mean")`` and applied with
+``skip_gradients_aggregation=True``; clipping happens after the all-reduce.
+
+Normalisation across replicas. Unrolls carry padding (after an episode end)
+and dropped (too-old) unrolls, so replicas hold different numbers of real
+steps. Each replica therefore sums its per-step losses and divides by the
+GLOBAL count of real steps (an all-reduce sum) times ``1 / num_replicas``;
+after the gradient mean, N replicas at global batch B compute exactly the
+gradient of the mean loss over the whole batch, as one device does.
+
+Policy lag. Each unroll's lag is ``learner_step - policy_version[step 0]``
+(step 0 holds the oldest version in the unroll; the actor may pull new
+weights mid-unroll). Mean and max over the batch are returned every step;
+with ``max_policy_lag`` set, unrolls with a larger lag get mask 0 (they
+contribute nothing to any loss or gradient) and are counted, per step and in
+a checkpointed total.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
+
+import numpy as np
+import tensorflow as tf
+
+from agents.d4pg.learning import FusedAdam, _CallRunner, _check_server
+from agents.impala import losses
+from agents.impala import networks
+from agents.impala.config import IMPALAConfig
+from agents.impala.vtrace import vtrace
+from rlplat import core
+from rlplat import replication
+from rlplat.replay import datasets as replay_datasets
+from rlplat.replay.sequence_signature import as_sequence_step
+
+
+class IMPALALearner(core.Learner):
+    """Trains an ``IMPALANetwork`` on batches of ``SequenceStep`` unrolls.
+
+    Args:
+      config: the agent's hyperparameters.
+      environment_spec: an ``EnvironmentSpec``.
+      replicator: where the step runs.
+      iterator: per-replica batches of ``SequenceStep`` ([B, T+1, ...]), from
+        ``replicator.distribute(...)`` (a Reverb ``input_fn`` or an in-memory
+        dataset of GLOBAL batches in tests).
+      steps_per_call: learner steps per ``step()`` (one tf.function call).
+      replay_address, replay_table: enable the dead-server watchdog and the
+        "replay ran dry" translation; None for in-memory iterators.
+      rate_limiter_timeout_ms: the dataset's sampling timeout (for messages).
+      step_timeout_s: how long a call may run before the server is probed.
+
+    Attributes:
+      network: the ``IMPALANetwork`` (variables mirrored over replicas).
+      optimizer: Adam.
+      step_counter: int64 variable, learner steps (checkpointed).
+      dropped_counter: int64 variable, unrolls dropped for policy lag (checkpointed).
+    """
+
+    def __init__(self, config: IMPALAConfig, environment_spec: Any,
+                 replicator: replication.Replicator, iterator: Iterator, *,
+                 steps_per_call: int = 4,
+                 replay_address: Optional[str] = None, replay_table: Optional[str] = None,
+                 rate_limiter_timeout_ms: int = replay_datasets.DEFAULT_RATE_LIMITER_TIMEOUT_MS,
+                 step_timeout_s: float = 60.0):
+        if steps_per_call < 1:
+            raise ValueError(f"steps_per_call must be >= 1 (got {steps_per_call})")
+        replicator.per_replica_batch_size(config.global_batch_size)  # Divisible, or a clear error.
+        self._config = config
+        self._repl = replicator
+        self._iterator = iterator
+        self._steps_per_call = int(steps_per_call)
+        self._replay = (replay_address, replay_table) if replay_address else None
+        self._rate_limiter_timeout_ms = rate_limiter_timeout_ms
+        self._step_timeout_s = float(step_timeout_s)
+        with replicator.scope():
+            self.network = networks.make_network(environment_spec, config)
+            self.optimizer = FusedAdam(config.learning_rate, epsilon=config.adam_epsilon)
+            self.optimizer.build(self.network.trainable_variables)
+            counter = dict(dtype=tf.int64, trainable=False,
+                           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+            self.step_counter = tf.Variable(0, name="learner_steps", **counter)
+            self.dropped_counter = tf.Variable(0, name="dropped_unrolls", **counter)
+        self._acting_variables = networks.acting_variables(self.network)
+        self._step = self._step_fn  # One bound-method object: the Replicator caches per step_fn.
+        self._export_lock = threading.Lock()
+        self._export: Tuple[int, Optional[list]] = (-1, None)
+        self._runner: Optional[_CallRunner] = None
+
+    # ------------------------------------------------------------------- loss
+    def _per_step_losses(self, batch, keep):
+        """Per-replica SUMS of the loss parts over real steps, and their count."""
+        cfg = self._config
+        batch = as_sequence_step(batch)
+        time_major = lambda x: tf.transpose(  # noqa: E731  [B, T+1, ...] -> [T+1, B, ...]
+            x, [1, 0] + list(range(2, len(x.shape))))
+        core_state = batch.extras.get("core_state") if isinstance(batch.extras, dict) else None
+        policy_out, values = self.network.unroll(
+            batch.observation, None if core_state is None else core_state[:, 0])
+        policy_out, values = time_major(policy_out)[:-1], time_major(values)
+        actions = time_major(batch.action)[:-1]
+        mask = time_major(batch.mask)[:-1] * keep[tf.newaxis, :]
+        if self.network.discrete:
+            log_pi = losses.categorical_log_prob(policy_out, actions)
+            entropy = losses.categorical_entropy(policy_out)
+        else:
+            mean, log_std = networks.split_gaussian(policy_out)
+            log_pi = losses.gaussian_log_prob(mean, log_std, actions)
+            entropy = losses.gaussian_entropy(log_std)
+        log_rho = tf.stop_gradient(log_pi - time_major(batch.behaviour_log_prob)[:-1])
+        returns = vtrace(tf.stop_gradient(values[:-1]), tf.stop_gradient(values[1:]),
+                         time_major(batch.reward)[:-1],
+                         cfg.discount * time_major(batch.discount)[:-1], log_rho,
+                         mask_t=mask, clip_rho_threshold=cfg.clip_rho_threshold,
+                         clip_c_threshold=cfg.clip_c_threshold)
+        sums = {
+            "policy_gradient_loss": tf.reduce_sum(
+                losses.policy_gradient_loss(log_pi, returns.pg_advantages, mask)),
+            "baseline_loss": tf.reduce_sum(losses.baseline_loss(returns.vs, values[:-1], mask)),
+            "entropy_loss": tf.reduce_sum(losses.entropy_loss(entropy, mask)),
+            "vs": tf.reduce_sum(returns.vs * mask),
+        }
+        return sums, tf.reduce_sum(mask)
+
+    def _step_fn(self, batch) -> Dict[str, tf.Tensor]:
+        """One learner step on this replica's batch (see module docstring)."""
+        cfg = self._config
+        batch = as_sequence_step(batch)
+        version = self.step_counter.read_value()
+        lag = version - batch.policy_version[:, 0]  # [B] int64
+        if cfg.max_policy_lag is None:
+            keep = tf.ones_like(lag, tf.float32)
+        else:
+            keep = tf.cast(lag <= cfg.max_policy_lag, tf.float32)
+        # Counts for the global normaliser, from data alone (no gradient).
+        local_count = tf.reduce_sum(batch.mask[:, :-1] * keep[:, tf.newaxis])
+        lag_f = tf.cast(lag, tf.float32)
+        totals = replication.all_reduce(
+            {"count": local_count, "dropped": tf.reduce_sum(1.0 - keep),
+             "lag_sum": tf.reduce_sum(lag_f), "unrolls": tf.cast(tf.size(lag_f), tf.float32)},
+            "sum")
+        lag_max = replication.all_reduce(tf.reduce_max(lag_f), "max")
+        scale = 1.0 / (tf.maximum(totals["count"], 1.0) / replication.num_replicas())
+        variables = self.network.trainable_variables
+        with tf.GradientTape() as tape:
+            sums, _ = self._per_step_losses(batch, keep)
+            parts = {k: v * scale for k, v in sums.items()}
+            loss = (parts["policy_gradient_loss"] + cfg.baseline_cost * parts["baseline_loss"]
+                    + cfg.entropy_cost * parts["entropy_loss"])
+        grads = replication.all_reduce(tape.gradient(loss, variables), "mean")
+        grad_norm = tf.linalg.global_norm(grads)
+        grads, _ = tf.clip_by_global_norm(grads, cfg.max_gradient_norm, use_norm=grad_norm)
+        self.optimizer.apply_gradients(zip(grads, variables), skip_gradients_aggregation=True)
+        # The version moves only once the new weights are in place. Nothing
+        # else orders the increment after the update (tf.function orders ops
+        # per resource only), and TF did run it before the batch even arrived:
+        # weights served as version v were v-1's and unrolls looked newer than
+        # the learner. Reading every variable after its update (same resource:
+        # ordered) and making the increment wait for those reads fixes it.
+        # Every replica adds the same global numbers; ONLY_FIRST_REPLICA keeps one.
+        with tf.control_dependencies([v.read_value() for v in variables]):
+            self.step_counter.assign_add(1)
+            self.dropped_counter.assign_add(tf.cast(totals["dropped"], tf.int64))
+        # Each replica's parts are N x its share of the global mean, so their
+        # replica MEAN (the Replicator's output reduction) is the global mean.
+        metrics = dict(parts)
+        metrics["mean_vs"] = metrics.pop("vs")
+        metrics.update({
+            "total_loss": loss, "grad_norm": grad_norm,
+            "policy_lag_mean": totals["lag_sum"] / tf.maximum(totals["unrolls"], 1.0),
+            "policy_lag_max": lag_max, "dropped_unrolls": totals["dropped"],
+            "real_steps": totals["count"],
+        })
+        return metrics
+
+    def step(self) -> Dict[str, float]:
+        """Runs ``steps_per_call`` steps; returns the last step's metrics.
+
+        Adds ``learner_steps`` and ``dropped_unrolls_total``.
+
+        Raises:
+          FloatingPointError: the loss became NaN/Inf.
+          ReplayTimeoutError: replay ran dry past the timeout, or the server died.
+        """
+        metrics = self._run(self._steps_per_call)
+        out = {k: float(v) for k, v in metrics.items()}
+        if not math.isfinite(out["total_loss"]):
+            raise FloatingPointError(f"non-finite IMPALA loss at learner step {self.num_steps}; "
+                                     "lower --learning-rate or check rewards")
+        out["learner_steps"] = float(self.num_steps)
+        out["dropped_unrolls_total"] = float(self.dropped_counter.numpy())
+        return out
+
+    def _run(self, n: int) -> Dict[str, tf.Tensor]:
+        call = lambda: self._repl.run_steps(self._step, self._iterator, n)  # noqa: E731
+        if self._replay is None:
+            return call()
+        address, table = self._replay
+        with replay_datasets.translate_sampling_errors(address, table or "?",
+                                                       self._rate_limiter_timeout_ms):
+            if self._runner is None:
+                self._runner = _CallRunner()
+            return self._runner.run(call, self._step_timeout_s,
+                                    lambda: _check_server(address, self._step_timeout_s))
+
+    # -------------------------------------------------------------- variables
+    @property
+    def num_steps(self) -> int:
+        """Learner steps taken so far (restored with a checkpoint)."""
+        return int(self.step_counter.numpy())
+
+    @property
+    def num_dropped(self) -> int:
+        """Unrolls dropped for policy lag so far (restored with a checkpoint)."""
+        return int(self.dropped_counter.numpy())
+
+    def get_variables(self, names: Sequence[str]) -> Tuple[int, Dict[str, list]]:
+        """(learner step, {"policy": arrays in ``networks.acting_variables`` order}).
+
+        Cached per version: many actors pulling between two calls cost one copy.
+        """
+        unknown = [n for n in names if n != "policy"]
+        if unknown:
+            raise ValueError(f"IMPALALearner serves only 'policy' variables (asked for {unknown})")
+        version = self.num_steps
+        with self._export_lock:
+            if self._export[0] != version:
+                self._export = (version, [np.array(v.numpy()) for v in self._acting_variables])
+            arrays = self._export[1]
+        return version, {name: arrays for name in names}
+
+    def checkpointables(self) -> Dict[str, Any]:
+        """Network, optimizer (slots and iterations) and both counters."""
+        return {"network": self.network, "optimizer": self.optimizer,
+                "learner_steps": self.step_counter, "dropped_unrolls": self.dropped_counter}
+
+    state = checkpointables

@@ -1,0 +1,41 @@
+"""IMPALAConfig: defaults, validation messages that name the flag, round trips."""
+
+import pytest
+
+from agents.impala.config import IMPALAConfig
+
+
+def test_defaults_are_valid_and_round_trip():
+    config = IMPALAConfig()
+    assert config.core == "mlp" and config.max_policy_lag is None
+    assert IMPALAConfig(**config.to_dict()) == config
+    assert config.replace(core="lstm").core == "lstm"
+
+
+@pytest.mark.parametrize("changes, fragment", [
+    (dict(unroll_length=0), "--unroll-length"),
+    (dict(global_batch_size=0), "--global-batch-size"),
+    (dict(discount=1.5), "--discount"),
+    (dict(learning_rate=0.0), "--learning-rate"),
+    (dict(entropy_cost=-0.1), "--entropy-cost"),
+    (dict(core="gru"), "--core mlp or --core lstm"),
+    (dict(layer_sizes=()), "--layer-sizes"),
+    (dict(layer_sizes=(64, 0)), "--layer-sizes"),
+    (dict(queue_size=8, global_batch_size=16), "--queue-size"),
+    (dict(max_policy_lag=-1), "--max-policy-lag"),
+    (dict(max_policy_lag=1.5), "--max-policy-lag"),
+    (dict(unroll_length=True), "--unroll-length"),
+    (dict(discount=float("nan")), "--discount"),
+])
+def test_bad_values_fail_with_one_line_naming_the_flag(changes, fragment):
+    with pytest.raises(ValueError) as info:
+        IMPALAConfig(**changes)
+    assert fragment in str(info.value) and "\n" not in str(info.value)
+
+
+def test_replace_rejects_unknown_fields_and_keeps_frozen():
+    with pytest.raises(TypeError, match="no_such"):
+        IMPALAConfig().replace(no_such=1)
+    with pytest.raises(Exception):
+        IMPALAConfig().core = "lstm"  # type: ignore[misc]
+    assert IMPALAConfig(layer_sizes=[8, 8]).layer_sizes == (8, 8)

@@ -1,0 +1,57 @@
+"""IMPALA networks: shapes per core/action kind, and the NumPy acting copy equals Keras."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from agents.impala import networks
+from impala_testlib import CONTINUOUS_SPEC, DISCRETE_SPEC, NUM_ACTIONS, OBS, small_config
+
+CASES = [("mlp", DISCRETE_SPEC), ("lstm", DISCRETE_SPEC), ("mlp", CONTINUOUS_SPEC),
+         ("lstm", CONTINUOUS_SPEC)]
+
+
+@pytest.mark.parametrize("core, spec", CASES)
+def test_unroll_shapes(core, spec):
+    net = networks.make_network(spec, small_config(core=core))
+    policy, values = net.unroll(tf.zeros((3, 6, OBS)), net.initial_state(3))
+    outputs = NUM_ACTIONS if net.discrete else 2 * 2
+    assert policy.shape == (3, 6, outputs) and values.shape == (3, 6)
+    assert net.state_size == (16 if core == "lstm" else 0)
+
+
+@pytest.mark.parametrize("core, spec", CASES)
+def test_numpy_policy_matches_keras_step_by_step(core, spec):
+    net = networks.make_network(spec, small_config(core=core))
+    # Non-trivial weights everywhere (the policy head starts near zero).
+    rng = np.random.default_rng(0)
+    for v in net.variables:
+        v.assign(rng.normal(0.0, 0.5, v.shape).astype(np.float32))
+    policy = networks.NumpyPolicy.for_network(net)
+    obs = rng.normal(size=(1, 7, OBS)).astype(np.float32)
+    state0 = rng.normal(size=(1, net.state_size)).astype(np.float32) if net.state_size else None
+    keras_out, _ = net.unroll(obs, state0)
+    state = None if state0 is None else state0[0]
+    for t in range(7):
+        out, state = policy(obs[0, t], state)
+        np.testing.assert_allclose(out, keras_out[0, t].numpy(), rtol=1e-4, atol=1e-5)
+    assert (state is None) == (core == "mlp")
+
+
+def test_gaussian_log_std_is_squashed_into_its_bounds():
+    raw = np.array([-100.0, 0.0, 100.0], np.float32)
+    squashed = networks.squash_log_std(raw)
+    np.testing.assert_allclose(squashed, [networks.LOG_STD_MIN, -2.0, networks.LOG_STD_MAX],
+                               atol=1e-5)
+    np.testing.assert_allclose(networks.squash_log_std(tf.constant(raw)).numpy(), squashed)
+
+
+def test_numpy_policy_rejects_weights_of_another_config():
+    net = networks.make_network(DISCRETE_SPEC, small_config(core="lstm"))
+    policy = networks.NumpyPolicy(2, lstm=False, discrete=True)
+    with pytest.raises(ValueError, match="different configs"):
+        policy.load([v.numpy() for v in networks.acting_variables(net)])
