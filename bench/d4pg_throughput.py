@@ -561,7 +561,7 @@ def measure_learner(args, plan, log):
     with open(path) as f:
         out = json.load(f)
     os.unlink(path)
-    out["method"] = ("builder.make_learner (the real input_fn / Reverb dataset path, _CallRunner "
+    out["method"] = ("builder.make_learner (the real input_fn / Reverb dataset path, CallRunner "
                      "watchdog thread included), server in the same process sampled through "
                      "127.0.0.1 as LearnerWorker does, table filled with %d items by the real "
                      "NStepTransitionAdder (same chunking as actors) and a MinSize limiter so "

@@ -29,7 +29,8 @@ from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from agents.d4pg.learning import FusedAdam, _CallRunner, _check_server
+from rlplat.utils.optimizers import FusedAdam
+from rlplat.utils.watchdog import CallRunner, check_replay_server
 from agents.impala import losses
 from agents.impala import networks
 from agents.impala.config import IMPALAConfig
@@ -91,7 +92,7 @@ class IMPALALearner(core.Learner):
         self._step = self._step_fn  # One bound-method object: the Replicator caches per step_fn.
         self._export_lock = threading.Lock()
         self._export: Tuple[int, Optional[list]] = (-1, None)
-        self._runner: Optional[_CallRunner] = None
+        self._runner: Optional[CallRunner] = None
 
     # ------------------------------------------------------------------- loss
     def _per_step_losses(self, batch, keep):
@@ -205,9 +206,9 @@ class IMPALALearner(core.Learner):
         with replay_datasets.translate_sampling_errors(address, table or "?",
                                                        self._rate_limiter_timeout_ms):
             if self._runner is None:
-                self._runner = _CallRunner()
+                self._runner = CallRunner()
             return self._runner.run(call, self._step_timeout_s,
-                                    lambda: _check_server(address, self._step_timeout_s))
+                                    lambda: check_replay_server(address, self._step_timeout_s))
 
     # -------------------------------------------------------------- variables
     @property
