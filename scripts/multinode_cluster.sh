@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # A real three-node Ray cluster on this one machine, for tests and demos.
 #
-#   scripts/multinode_cluster.sh up   STATE_DIR   # start; prints the head's HOST:PORT
+#   scripts/multinode_cluster.sh up   STATE_DIR [NODE OPTIONS]   # start; prints the head's HOST:PORT
 #   scripts/multinode_cluster.sh exec STATE_DIR NODE -- CMD [ARG...]   # run CMD on head|w1|w2
 #   scripts/multinode_cluster.sh down STATE_DIR   # stop everything; exit 1 if anything is left
+#   NODE OPTIONS: --head-cpus N  --head-resources JSON  --worker-cpus N  --worker-resources JSON
 #
 # Nodes: `head` offers {"learner": 1} and 3 CPUs; `w1` and `w2` offer
-# {"actor": 1} and 1 CPU each. The head's CPUs (a scheduling promise, not
+# {"actor": 1} and 1 CPU each, unless the NODE OPTIONS say otherwise (the
+# worker options apply to both workers; e.g. `--head-resources '{"learner": 2}'`
+# lets two learner workers share the head). The head's CPUs (a scheduling promise, not
 # real cores) leave room for the learner AND both actors, so actors reach
 # the workers only if they ask for `actor`: a test of placement can fail. Ray's token authentication stays on, with a
 # token made for this cluster (STATE_DIR/auth_token, passed by
@@ -46,7 +49,7 @@ UP_TIMEOUT_S="${RLPLAT_MN_UP_TIMEOUT_S:-150}"
 LIFETIME_S="${RLPLAT_MN_LIFETIME_S:-1800}"
 
 die() { echo "multinode_cluster: error: $*" >&2; exit 1; }
-usage() { sed -n '2,6p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,7p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 node_ip() {  # head -> 10.231.7.1, w1 -> .2, w2 -> .3
   case "$1" in head) echo "$SUBNET.1" ;; w1) echo "$SUBNET.2" ;; w2) echo "$SUBNET.3" ;;
@@ -111,15 +114,18 @@ holder_main() {
   local tmp head="$SUBNET.1:$GCS_PORT"
   tmp="$(cat "$state/ray_tmp")"
   common=(--object-store-memory "$OBJECT_STORE_BYTES" --disable-usage-stats)
-  in_node head env $(ray_env "$state") timeout 120 ray start --head --num-cpus 3 \
+  local head_cpus head_res worker_cpus worker_res
+  head_cpus="$(cat "$state/head_cpus")"; head_res="$(cat "$state/head_resources")"
+  worker_cpus="$(cat "$state/worker_cpus")"; worker_res="$(cat "$state/worker_resources")"
+  in_node head env $(ray_env "$state") timeout 120 ray start --head --num-cpus "$head_cpus" \
       --node-ip-address "$SUBNET.1" --port "$GCS_PORT" --temp-dir "$tmp/head" \
       --include-dashboard true --dashboard-host "$SUBNET.1" --dashboard-port "$DASHBOARD_PORT" \
-      --resources '{"learner": 1}' "${common[@]}" > "$state/head.start.log" 2>&1 \
+      --resources "$head_res" "${common[@]}" > "$state/head.start.log" 2>&1 \
     || { echo "head failed to start" > "$state/failed"; return 1; }
   for node in w1 w2; do
     in_node "$node" env $(ray_env "$state") timeout 120 ray start --address "$head" \
-        --num-cpus 1 --node-ip-address "$(node_ip "$node")" --temp-dir "$tmp/$node" \
-        --resources '{"actor": 1}' "${common[@]}" > "$state/$node.start.log" 2>&1 &
+        --num-cpus "$worker_cpus" --node-ip-address "$(node_ip "$node")" --temp-dir "$tmp/$node" \
+        --resources "$worker_res" "${common[@]}" > "$state/$node.start.log" 2>&1 &
   done
   wait_children_ok || { echo "a worker failed to join" > "$state/failed"; return 1; }
   # Joined means registered; wait until the GCS also counts three live nodes.
@@ -158,15 +164,52 @@ wait_children_ok() {
 }
 
 # ------------------------------------------------------------------ commands
+check_cpus() {  # check_cpus FLAG VALUE: a whole number of CPUs >= 1 (Ray's --num-cpus)
+  [[ "$2" =~ ^[1-9][0-9]*$ ]] || die "$1 must be a whole number >= 1 (got '$2')"
+}
+
+check_resources() {  # check_resources FLAG JSON: a JSON object of custom resource amounts > 0
+  "$VENV/bin/python" -c '
+import json, sys
+flag, text = sys.argv[1], sys.argv[2]
+hint = "use e.g. {\"learner\": 2}"
+try:
+    value = json.loads(text)
+except ValueError:
+    sys.exit(f"multinode_cluster: error: {flag} is not JSON ({text!r}); {hint}")
+if not isinstance(value, dict) or not all(
+        isinstance(k, str) and k and isinstance(v, (int, float)) and v > 0 for k, v in value.items()):
+    sys.exit(f"multinode_cluster: error: {flag} must map names to amounts > 0 (got {text}); {hint}")
+' "$1" "$2" || exit 1
+}
+
 cmd_up() {
-  local state="$1"
+  local state="$1"; shift
+  local head_cpus=3 head_res='{"learner": 1}' worker_cpus=1 worker_res='{"actor": 1}'
+  while [ $# -gt 0 ]; do
+    [ $# -ge 2 ] || die "$1 needs a value"
+    case "$1" in
+      --head-cpus) head_cpus="$2" ;;
+      --head-resources) head_res="$2" ;;
+      --worker-cpus) worker_cpus="$2" ;;
+      --worker-resources) worker_res="$2" ;;
+      *) die "unknown option '$1' for up; use --head-cpus, --head-resources, --worker-cpus or --worker-resources" ;;
+    esac
+    shift 2
+  done
+  check_cpus --head-cpus "$head_cpus"
+  check_cpus --worker-cpus "$worker_cpus"
   [ "$(id -u)" = 0 ] || die "needs root (network and PID namespaces); run as root or skip"
   command -v unshare >/dev/null && command -v nsenter >/dev/null && command -v ip >/dev/null \
     || die "needs unshare, nsenter (util-linux) and ip (iproute2)"
   [ -x "$VENV/bin/ray" ] || die "no Ray in $VENV; run scripts/setup.sh or set RLPLAT_VENV"
   [ -e "$state/holder.pid" ] && die "$state already holds a cluster; run 'down $state' first"
+  check_resources --head-resources "$head_res"
+  check_resources --worker-resources "$worker_res"
   mkdir -p "$state"
   state="$(cd "$state" && pwd)"
+  echo "$head_cpus" > "$state/head_cpus"; echo "$head_res" > "$state/head_resources"
+  echo "$worker_cpus" > "$state/worker_cpus"; echo "$worker_res" > "$state/worker_resources"
   ( umask 077; "$VENV/bin/python" -c 'import secrets; print(secrets.token_hex(32))' > "$state/auth_token" )
   # A short path: Ray's unix sockets live under it and must stay below 108 bytes.
   mktemp -d /tmp/rlmn.XXXXXX > "$state/ray_tmp"
@@ -238,7 +281,7 @@ cmd_down() {
 [ $# -ge 2 ] || usage
 COMMAND="$1"; STATE="$2"; shift 2
 case "$COMMAND" in
-  up) cmd_up "$STATE" ;;
+  up) cmd_up "$STATE" "$@" ;;
   exec) [ $# -ge 1 ] || usage; cmd_exec "$STATE" "$@" ;;
   down) cmd_down "$STATE" ;;
   _holder) holder_main "$STATE" ;;

@@ -178,7 +178,8 @@ class Driver:
         self.plan = resources.plan_resources(
             total_cpus, node_gpus, self.num_actors, self.num_replicas, nodes=self.nodes,
             actor_resources=self.cfg.actor_resources, learner_resources=self.cfg.learner_resources,
-            actor_cpus=self.cfg.actor_cpus, learner_cpus=self.cfg.learner_cpus)
+            actor_cpus=self.cfg.actor_cpus, learner_cpus=self.cfg.learner_cpus,
+            num_learner_workers=self.cfg.num_learner_workers)
         self.num_replicas = self.plan.num_learner_replicas
         if self.cfg.learner_threads is not None:
             self.plan = dataclasses.replace(self.plan, learner_threads=tuple(self.cfg.learner_threads))
@@ -255,10 +256,21 @@ class Driver:
         self._report_placement()
 
     def _report_placement(self) -> None:
-        """Prints the node each worker landed on; records it in run_info.json."""
-        named = [("learner", self.learner), ("replay", self.replay), ("evaluator", self.evaluator)]
-        named += [(f"actor {s.index}", s.handle) for s in self.slots]
+        """Prints the node each worker landed on; records it in run_info.json.
+
+        With a learner group, each learner worker (process) gets its own
+        record and line, ``learner worker <i>`` with ``worker_index`` and
+        ``is_chief``; ``learner group`` is the coordinating actor.
+        """
+        members = self._learner_group_members()
+        named = [("learner group" if members else "learner", self.learner), ("replay", self.replay)]
+        named += [(f"learner worker {i}", handle) for i, handle in enumerate(members)]
+        named += [("evaluator", self.evaluator)] + [(f"actor {s.index}", s.handle) for s in self.slots]
         self.node_placement = placement.locate(named, self.nodes, self.cfg.call_timeout_s)
+        for i in range(len(members)):
+            where = self.node_placement.get(f"learner worker {i}")
+            self.node_placement[f"learner worker {i}"] = where and {**where, "worker_index": i,
+                                                                     "is_chief": i == 0}
         if self.colocate:
             self.node_placement["replay"] = dict(self.node_placement.get("learner") or {}, colocated=True)
         for line in placement.describe(self.node_placement):
@@ -268,31 +280,49 @@ class Driver:
     def _start_learner_group(self):
         """``--num-learner-workers W > 1``: a LearnerGroup actor named as the learner.
 
-        The group (no TF, 0 CPUs) starts W learner processes and answers the
-        same calls a LearnerWorker does. On a local instance the W workers
-        share the learner's CPUs; on a cluster each gets the learner's share
-        (and custom resources, e.g. ``learner=1``) of its own node: Ray
-        spreads them over nodes instead of pinning them to the learner node.
+        The group (no TF, 0 CPUs, pinned next to the chief) starts W learner
+        processes and answers the same calls a LearnerWorker does. Each worker
+        asks for the plan's per-worker learner CPUs, GPUs and custom resources
+        (e.g. ``learner=1``) and, on a cluster, is pinned to the node the plan
+        gave it: the chief (worker 0) to the replay server's node.
         """
         from rlplat.distributed import learner_group  # pylint: disable=g-import-not-at-top
 
         num_workers = self.cfg.num_learner_workers
-        local = self.connection.local
-        cpus = self.plan.learner_cpus / num_workers if local else self.plan.learner_cpus
         return workers.remote(
             learner_group.LearnerGroup, num_cpus=0, max_concurrency=8, max_restarts=0,
             name=self.learner_name,
             # Not cpu_only: members inherit these env_vars, and GPU members need CUDA visible.
             runtime_env=process.runtime_env("learner-group", cpu_only=False),
+            **placement.ray_options(self.plan, "learner_group"),
         ).remote(self.builder, self.spec, num_workers, self.replay_address, self.logdir,
                  resume=self.restored_step is not None, threads=self.plan.learner_threads,
-                 use_gpus=bool(self.plan.learner_gpus), num_cpus=cpus,
-                 num_gpus=self.plan.learner_gpus, spread=not local,
-                 resources=placement.ray_options(self.plan, "learner").get("resources"),
+                 use_gpus=bool(self.plan.learner_gpus), num_cpus=self.plan.learner_cpus,
+                 num_gpus=self.plan.learner_gpus,
+                 member_options=[placement.ray_options(self.plan, "learner", i)
+                                 for i in range(num_workers)],
                  build_timeout_s=self.cfg.startup_timeout_s, call_timeout_s=self.cfg.call_timeout_s,
                  train_timeout_s=self.cfg.learner_stall_timeout_s,
                  collective_timeout_s=self.cfg.learner_stall_timeout_s,
                  name_prefix=self.learner_name)
+
+    def _learner_group_members(self) -> List[Any]:
+        """Handles of the learner group's workers, chief first; [] for one learner worker.
+
+        Looked up by name (``learner_group.member_name``); a member that is
+        gone maps to None, which the placement report shows as not up.
+        """
+        if getattr(self, "learner_workers", 1) <= 1:
+            return []
+        from rlplat.distributed import learner_group  # pylint: disable=g-import-not-at-top
+
+        members = []
+        for i in range(self.learner_workers):
+            try:
+                members.append(ray.get_actor(learner_group.member_name(self.learner_name, i)))
+            except ValueError:
+                members.append(None)
+        return members
 
     def _open_loggers(self) -> None:
         from rlplat.utils import loggers  # pylint: disable=g-import-not-at-top

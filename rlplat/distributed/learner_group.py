@@ -78,6 +78,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def member_name(name_prefix: str, index: int) -> str:
+    """Ray actor name of member ``index`` of a group started with ``name_prefix``."""
+    return f"{name_prefix}-{index}"
+
+
 def make_tf_configs(addresses: Sequence[str]) -> List[Dict[str, Any]]:
     """One ``TF_CONFIG`` per worker address: all are "worker"s, worker 0 the chief."""
     cluster = {"worker": list(addresses)}
@@ -134,9 +139,10 @@ class LearnerGroup:
       num_workers: W >= 2 learner processes.
       replay_address: ``host:port`` of the (separate) Reverb server.
       num_cpus, num_gpus: Ray resources of EACH member.
-      resources: custom Ray resources of each member (e.g. ``{"learner": 1}``,
-        which puts one member on each node that offers one).
-      spread: ask Ray to place members on different nodes (a cluster).
+      member_options: one mapping of extra Ray options per member, in member
+        order (member 0 is the chief): the learner's custom resources and
+        the node the resource plan chose for it
+        (``placement.ray_options(plan, "learner", index)``); None: none.
       build_timeout_s: bound on the members starting and building.
       call_timeout_s: bound on a checkpoint or a weight pull.
       train_timeout_s: bound on one ``train`` call of all members.
@@ -148,7 +154,7 @@ class LearnerGroup:
     def __init__(self, builder, environment_spec, num_workers: int, replay_address: str, logdir: str,
                  *, resume: bool = False, threads: Tuple[int, int] = (1, 2), use_gpus: bool = False,
                  num_cpus: float = 1.0, num_gpus: float = 0,
-                 resources: Optional[Dict[str, float]] = None, spread: bool = False,
+                 member_options: Optional[Sequence[Dict[str, Any]]] = None,
                  max_checkpoints_to_keep: int = 3, build_timeout_s: float = 300.0,
                  call_timeout_s: float = 60.0, train_timeout_s: float = 600.0,
                  collective_timeout_s: float = 300.0, name_prefix: Optional[str] = None):
@@ -157,6 +163,9 @@ class LearnerGroup:
                              "use one LearnerWorker for a single learner process")
         if replay_address is None:
             raise ValueError("a LearnerGroup needs a separate replay server (colocate_replay=False)")
+        if member_options is not None and len(member_options) != num_workers:
+            raise ValueError(f"member_options has {len(member_options)} entries for {num_workers} "
+                             "workers; pass one per worker")
         self._call_timeout_s = float(call_timeout_s)
         self._train_timeout_s = float(train_timeout_s)
         self._failed: Optional[str] = None
@@ -168,14 +177,11 @@ class LearnerGroup:
                    "max_restarts": 0,
                    "runtime_env": process.runtime_env("learner", cpu_only=not num_gpus,
                                                       threads=threads[0])}
-        if resources:
-            options["resources"] = dict(resources)
-        if spread:
-            options["scheduling_strategy"] = "SPREAD"
         self.members = []
         for index in range(num_workers):
-            named = {"name": f"{name_prefix}-{index}"} if name_prefix else {}
-            self.members.append(workers.remote(GroupLearnerWorker, **options, **named).remote())
+            named = {"name": member_name(name_prefix, index)} if name_prefix else {}
+            extra = dict(member_options[index]) if member_options else {}
+            self.members.append(workers.remote(GroupLearnerWorker, **options, **extra, **named).remote())
         try:
             deadline = time.monotonic() + build_timeout_s
             addresses = self._all("address", timeout_s=build_timeout_s, what="start")

@@ -9,6 +9,14 @@ learner (the learner needs its address), so pinning both to one node, rather
 than a resource, is what keeps them together, and the replay server need
 not hold a share of ``learner``.
 
+With several learner workers (``--num-learner-workers W``) each worker
+asks for the learner's resources and is pinned to the node the plan gave it
+(``ray_options(plan, "learner", index)``): the chief to the replay server's
+node, so no worker stays pending on a cluster that cannot hold it (the plan
+already failed then). The ``LearnerGroup`` actor coordinating them holds no
+resources and is pinned next to the chief (role ``"learner_group"``), since
+it forwards every weight pull to the chief.
+
 ``locate(named_handles, nodes, timeout_s)`` asks each live worker for its
 node and returns one record per worker; ``describe`` makes console lines of
 it. The driver prints them at start and stores them in ``run_info.json``.
@@ -25,16 +33,27 @@ import ray
 from rlplat.distributed import resources
 
 
-def ray_options(plan: resources.ResourcePlan, role: str) -> Dict[str, Any]:
-    """Extra ``ray.remote(...).options`` for ``role`` ("actor", "learner", "replay", ...)."""
+def ray_options(plan: resources.ResourcePlan, role: str, index: int = 0) -> Dict[str, Any]:
+    """Extra ``ray.remote(...).options`` for ``role`` ("actor", "learner", "replay", ...).
+
+    ``index`` picks the learner worker (0 is the chief) for role "learner".
+    """
     options: Dict[str, Any] = {}
     wanted = {"actor": plan.actor_resources, "learner": plan.learner_resources}.get(role)
     if wanted:
         options["resources"] = dict(wanted)
-    if role in ("learner", "replay") and plan.learner_node_id:
+    node_id = None
+    if role == "learner" and plan.learner_worker_nodes:
+        if not 0 <= index < len(plan.learner_worker_nodes):
+            raise ValueError(f"learner worker {index} is not in the plan of "
+                             f"{len(plan.learner_worker_nodes)} worker(s)")
+        node_id = plan.learner_worker_nodes[index][0]
+    elif role in ("learner", "replay", "learner_group"):
+        node_id = plan.learner_node_id
+    if node_id:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # pylint: disable=g-import-not-at-top
 
-        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(plan.learner_node_id, soft=False)
+        options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(node_id, soft=False)
     return options
 
 
@@ -73,16 +92,27 @@ def locate(named_handles: Sequence[Tuple[str, Any]], nodes: Sequence[resources.N
 
 
 def describe(placement: Mapping[str, Optional[Mapping[str, Any]]]) -> List[str]:
-    """One line per node: ``learner, replay on 10.0.0.1 (node 1a2b3c4d, learner=1)``."""
-    groups: Dict[str, List[str]] = {}
+    """One line per node: ``learner, replay on 10.0.0.1 (node 1a2b3c4d, learner=1)``.
+
+    A learner worker of a group (a record with ``worker_index``) gets a line
+    of its own, ``learner worker 0 (chief) on ...``, so each one's node shows.
+    """
+    lines: List[Tuple[str, List[str]]] = []  # (where, names), in first-seen order
+    shared: Dict[str, List[str]] = {}
     for name, where in placement.items():
         if where is None:
             key = "no node yet (not up or failed; see the worker logs)"
         else:
             extra = "".join(f", {k}={v:g}" for k, v in sorted(where.get("custom_resources", {}).items()))
             key = f"{where.get('node_ip')} (node {str(where.get('node_id'))[:8]}{extra})"
-        groups.setdefault(key, []).append(name)
-    return [f"{', '.join(names)} on {key}" for key, names in groups.items()]
+        if where is not None and "worker_index" in where:
+            lines.append((key, [f"{name} (chief)" if where.get("is_chief") else name]))
+        elif key in shared:
+            shared[key].append(name)
+        else:
+            shared[key] = [name]
+            lines.append((key, shared[key]))
+    return [f"{', '.join(names)} on {key}" for key, names in lines]
 
 
 def update_run_info(logdir: str, fields: Mapping[str, Any]) -> None:

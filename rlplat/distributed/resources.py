@@ -27,6 +27,18 @@ Placement on a cluster of several nodes (``plan_resources(..., nodes=...)``):
   sampling never crosses the network. With one node nothing is pinned;
 - actors' CPUs are split over the CPUs of the nodes they may run on, so a
   request that Ray could never schedule fails here, at once, naming the flag.
+
+Several learner workers (``--num-learner-workers W``, a MultiWorkerMirrored
+learner group): each worker is a learner of its own, asking for the
+learner's CPUs, GPUs and custom resources. The plan places all W here: the
+chief (worker 0) on the node one learner would get, and the replay server
+next to it; the others spread over the learner nodes (fewest workers first,
+then the same preference), stacking on one node only when its resources
+hold several (e.g. ``learner=2``). If the learner nodes cannot hold W
+workers the plan fails at once naming ``--num-learner-workers``, rather than
+leaving workers pending until the start-up timeout. Without GPUs the
+learner's default CPUs (one per replica, at most half the cluster) are
+shared by the W workers, so a 2-core machine still has half for the actors.
 """
 
 from __future__ import annotations
@@ -119,10 +131,17 @@ class ResourcePlan:
     num_learner_replicas: int
     actor_resources: Mapping[str, float] = dataclasses.field(default_factory=dict)
     learner_resources: Mapping[str, float] = dataclasses.field(default_factory=dict)
-    # The node the learner and a separate replay server are pinned to; None on
-    # a one-node instance, where there is nothing to choose.
+    # The node the learner (the chief, with several learner workers) and a
+    # separate replay server are pinned to; None on a one-node instance, where
+    # there is nothing to choose.
     learner_node_id: Optional[str] = None
     learner_node_ip: Optional[str] = None
+    # Learner processes; learner_cpus, learner_gpus and learner_resources are
+    # what EACH of them asks for.
+    num_learner_workers: int = 1
+    # (node ID, node IP) of each learner worker, the chief first; empty when
+    # nothing is pinned (one node).
+    learner_worker_nodes: Tuple[Tuple[str, str], ...] = ()
 
     def describe(self) -> str:
         """One line for the console and run_info."""
@@ -130,7 +149,12 @@ class ResourcePlan:
         learner_extra = _format_resources(self.learner_resources)
         actor_extra = _format_resources(self.actor_resources)
         where = f" on node {self.learner_node_ip}" if self.learner_node_ip else ""
-        return (f"learner {device}{' + ' + learner_extra if learner_extra else ''}{where} "
+        who = "learner"
+        if self.num_learner_workers > 1:
+            who = f"{self.num_learner_workers} learner workers of"
+            if self.learner_worker_nodes:
+                where = f" on nodes {', '.join(ip for _, ip in self.learner_worker_nodes)} (chief first)"
+        return (f"{who} {device}{' + ' + learner_extra if learner_extra else ''}{where} "
                 f"(TF threads {self.learner_threads[0]}/{self.learner_threads[1]}), "
                 f"actors {self.actor_cpus:g} CPU{' + ' + actor_extra if actor_extra else ''} each, "
                 f"evaluator {self.evaluator_cpus:g} CPU, replay {self.replay_cpus:g} CPU")
@@ -145,7 +169,8 @@ def plan_resources(total_cpus: float, node_gpus: float, num_actors: int,
                    actor_resources: Optional[Mapping[str, float]] = None,
                    learner_resources: Optional[Mapping[str, float]] = None,
                    actor_cpus: Optional[float] = None,
-                   learner_cpus: Optional[float] = None) -> ResourcePlan:
+                   learner_cpus: Optional[float] = None,
+                   num_learner_workers: int = 1) -> ResourcePlan:
     """Splits the cluster's CPUs and one node's GPUs between the roles of one run.
 
     Args:
@@ -161,8 +186,10 @@ def plan_resources(total_cpus: float, node_gpus: float, num_actors: int,
       actor_resources, learner_resources: custom resources each actor / the
         learner asks for. None means ``{"actor": 1}`` / ``{"learner": 1}``
         when some node offers that resource, else none; ``{}`` means none.
-      actor_cpus, learner_cpus: CPUs per actor / for the learner; None splits
-        the CPUs as described in the module docstring.
+      actor_cpus, learner_cpus: CPUs per actor / per learner worker; None
+        splits the CPUs as described in the module docstring.
+      num_learner_workers: learner processes (W); each asks for the
+        learner's CPUs, GPUs and custom resources.
 
     Raises:
       ValueError: one line naming the flag to change, when the run cannot fit.
@@ -171,6 +198,8 @@ def plan_resources(total_cpus: float, node_gpus: float, num_actors: int,
         raise ValueError(f"--num-actors must be >= 1 (got {num_actors})")
     if num_learner_replicas is not None and num_learner_replicas < 1:
         raise ValueError(f"--num-learner-replicas must be >= 1 (got {num_learner_replicas})")
+    if num_learner_workers < 1:
+        raise ValueError(f"--num-learner-workers must be >= 1 (got {num_learner_workers})")
     for flag, value in (("--actor-cpus", actor_cpus), ("--learner-cpus", learner_cpus)):
         if value is not None and not (value > 0 and math.isfinite(value)):
             raise ValueError(f"{flag} must be > 0 (got {value:g})")
@@ -204,11 +233,20 @@ def plan_resources(total_cpus: float, node_gpus: float, num_actors: int,
             learner_cpus = 1.0
         else:
             # One core per replica, but never more than half the machine, so the
-            # actors keep at least half of it.
-            learner_cpus = float(max(1, min(num_learner_replicas, int(total_cpus) // 2)))
+            # actors keep at least half of it; W workers share that budget.
+            workers = num_learner_workers
+            learner_cpus = float(max(1, min(num_learner_replicas * workers, int(total_cpus) // 2)))
             if total_cpus < 2:  # a one-core box: share it rather than refuse
                 learner_cpus = total_cpus / 2
-    learner_node = _choose_learner_node(learner_hosts, learner_gpus, learner_cpus)
+            if workers > 1:
+                learner_cpus = math.floor(learner_cpus / workers * 100) / 100
+                if learner_cpus < _MIN_ACTOR_CPUS:
+                    raise ValueError(f"--num-learner-workers {workers} leaves each worker under "
+                                     f"{_MIN_ACTOR_CPUS:g} of the cluster's {total_cpus:g} CPUs; "
+                                     "pass fewer workers or add nodes")
+    learner_nodes = _place_learner_workers(learner_hosts, learner_req, num_learner_workers,
+                                           learner_gpus, learner_cpus)
+    learner_node = learner_nodes[0]
 
     # The CPUs actors may use: those of the nodes holding their custom
     # resources, less the learner's share where it runs on one of them.
@@ -218,8 +256,9 @@ def plan_resources(total_cpus: float, node_gpus: float, num_actors: int,
                          f"({_describe_nodes(nodes)}); change --actor-resources or start nodes "
                          f"with `ray start --resources '{{\"{ACTOR_RESOURCE}\": N}}'`")
     free = {n.node_id: n.resources.get("CPU", 0.0) for n in actor_hosts}
-    if learner_node.node_id in free:
-        free[learner_node.node_id] = max(0.0, free[learner_node.node_id] - learner_cpus)
+    for node in learner_nodes:
+        if node.node_id in free:
+            free[node.node_id] = max(0.0, free[node.node_id] - learner_cpus)
     custom_slots = sum(_slots(n, actor_req) for n in actor_hosts)
     if custom_slots < num_actors:
         raise ValueError(
@@ -253,7 +292,10 @@ def plan_resources(total_cpus: float, node_gpus: float, num_actors: int,
                         num_learner_replicas=num_learner_replicas, actor_resources=actor_req,
                         learner_resources=learner_req,
                         learner_node_id=pinned.node_id if pinned else None,
-                        learner_node_ip=pinned.ip if pinned else None)
+                        learner_node_ip=pinned.ip if pinned else None,
+                        num_learner_workers=num_learner_workers,
+                        learner_worker_nodes=tuple((n.node_id, n.ip) for n in learner_nodes)
+                        if pinned else ())
 
 
 def _custom_request(flag: str, request: Optional[Mapping[str, float]], default_name: str,
@@ -301,6 +343,52 @@ def _choose_learner_node(hosts: Sequence[NodeInfo], gpus: int, cpus: float) -> N
                          f"custom resources ({_describe_nodes(hosts)}); lower --learner-cpus or "
                          "--num-learner-replicas, or add a bigger learner node")
     return max(fit, key=lambda n: (n.resources.get("GPU", 0.0), n.is_head))
+
+
+def _place_learner_workers(hosts: Sequence[NodeInfo], request: Mapping[str, float], num_workers: int,
+                           gpus: int, cpus: float) -> List[NodeInfo]:
+    """The node of each learner worker, the chief first (see the module docstring).
+
+    Raises:
+      ValueError: one line naming ``--num-learner-workers`` when the learner
+        nodes cannot hold ``num_workers`` workers of ``request``, ``gpus``
+        GPUs and ``cpus`` CPUs each.
+    """
+    if num_workers == 1:
+        return [_choose_learner_node(hosts, gpus, cpus)]
+
+    def capacity(node: NodeInfo) -> int:
+        room = min(_slots(node, request), int(node.resources.get("CPU", 0.0) / cpus + 1e-6))
+        if gpus:
+            room = min(room, int(node.resources.get("GPU", 0.0) / gpus + 1e-6))
+        return room
+
+    room = {n.node_id: capacity(n) for n in hosts}
+    total = sum(room.values())
+    if total == 0:
+        return [_choose_learner_node(hosts, gpus, cpus)]  # raises: not even one fits
+    if total < num_workers:
+        need = {"CPU": cpus, **({"GPU": gpus} if gpus else {}), **request}
+        raise ValueError(
+            f"--num-learner-workers {num_workers}: each learner worker needs {_format_resources(need)} "
+            f"but the learner nodes have room for {total} ({_describe_nodes(hosts)}); pass "
+            f"--num-learner-workers {total} or fewer, add learner nodes, or lower --learner-cpus"
+            f"{', --num-learner-replicas' if gpus > 1 else ''} or --learner-resources")
+    chief = _choose_learner_node([n for n in hosts if room[n.node_id]], gpus, cpus)
+    placed = [chief]
+    room[chief.node_id] -= 1
+    count = {n.node_id: 0 for n in hosts}
+    count[chief.node_id] = 1
+    order = {n.node_id: i for i, n in enumerate(hosts)}
+    while len(placed) < num_workers:
+        # Spread: the node with the fewest workers yet; ties as for the chief.
+        node = min((n for n in hosts if room[n.node_id]),
+                   key=lambda n: (count[n.node_id], -n.resources.get("GPU", 0.0), not n.is_head,
+                                  order[n.node_id]))
+        placed.append(node)
+        room[node.node_id] -= 1
+        count[node.node_id] += 1
+    return placed
 
 
 def _describe_nodes(nodes: Sequence[NodeInfo]) -> str:

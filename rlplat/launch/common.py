@@ -95,7 +95,8 @@ def add_placement_flags(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--actor-cpus", type=float, default=None, metavar="CPUS",
                        help="CPUs per actor (default: the actor nodes' CPUs split evenly, at most 1)")
     group.add_argument("--learner-cpus", type=float, default=None, metavar="CPUS",
-                       help="CPUs of the learner (default: 1 per replica, at most half the cluster; "
+                       help="CPUs of the learner, or of each learner worker (default: 1 per replica, "
+                            "at most half the cluster, split between learner workers; "
                             "1 with GPUs)")
 
 

@@ -16,6 +16,7 @@ The fixed-data builder is defined here and shipped to the workers by value
 """
 
 import dataclasses
+import json
 import os
 import re
 import sys
@@ -226,37 +227,116 @@ def test_group_arguments_are_validated():
         learner_group.LearnerGroup(BUILDER, SPEC, 1, "127.0.0.1:1", "/tmp/x")
     with pytest.raises(ValueError, match="colocate_replay=False"):
         learner_group.LearnerGroup(BUILDER, SPEC, 2, None, "/tmp/x")
+    with pytest.raises(ValueError, match="member_options has 1 entries for 2 workers"):
+        learner_group.LearnerGroup(BUILDER, SPEC, 2, "127.0.0.1:1", "/tmp/x", member_options=[{}])
     configs = learner_group.make_tf_configs(["a:1", "b:2"])
     assert configs[1] == {"cluster": {"worker": ["a:1", "b:2"]}, "task": {"type": "worker", "index": 1}}
 
 
-@pytest.mark.slow
-def test_run_on_ray_with_two_learner_workers_finishes(ray_session, tmp_path):
-    del ray_session
+def _real_builder(samples_per_insert: float):
     from agents.d4pg.builder import D4PGBuilder as RealBuilder  # pylint: disable=g-import-not-at-top
-    from rlplat.distributed import layout  # pylint: disable=g-import-not-at-top
 
     config = D4PGConfig(policy_layer_sizes=(32, 32), critic_layer_sizes=(32, 32), num_atoms=11,
-                        global_batch_size=32, min_replay_size=200, samples_per_insert=4.0,
+                        global_batch_size=32, min_replay_size=200, samples_per_insert=samples_per_insert,
                         max_replay_size=10_000)
-    knobs = layout.RayLayoutConfig(num_learner_workers=2, actor_chunk_steps=400, learner_chunk_steps=8,
-                                   console_every_s=1.0, eval_every_actor_steps=0, eval_episodes=1,
-                                   stop_timeout_s=60, learner_stall_timeout_s=180)
-    logdir = str(tmp_path / "run")
-    summary = layout.run_on_ray(RealBuilder(config=config, variable_update_period=100, steps_per_call=4),
-                                "cartpole:swingup", num_actors=1, max_actor_steps=1200, logdir=logdir,
-                                seed=3, console=False, layout=knobs)
-    assert summary["actor_steps"] >= 1200
+    return RealBuilder(config=config, variable_update_period=100, steps_per_call=4)
+
+
+def _group_layout():
+    from rlplat.distributed import layout  # pylint: disable=g-import-not-at-top
+
+    return layout.RayLayoutConfig(num_learner_workers=2, actor_chunk_steps=400, learner_chunk_steps=8,
+                                  console_every_s=1.0, eval_every_actor_steps=0, eval_episodes=1,
+                                  stop_timeout_s=60, learner_stall_timeout_s=180)
+
+
+def _wait_for_free_cpus(expected: float, timeout_s: float = 30.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while ray.available_resources().get("CPU", 0) < expected and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return ray.available_resources().get("CPU", 0) >= expected
+
+
+def _checkpoint_files(logdir):
+    """Every file under ``logdir`` that belongs to a TF checkpoint, relative to it."""
+    found = []
+    for root, _, files in os.walk(logdir):
+        for name in files:
+            if name == "checkpoint" or name.startswith("ckpt-"):
+                found.append(os.path.relpath(os.path.join(root, name), logdir))
+    return sorted(found)
+
+
+def _chief_files(steps):
+    return sorted(["checkpoints/checkpoint"] + [f"checkpoints/ckpt-{s}.{ext}" for s in steps
+                                                  for ext in ("index", "data-00000-of-00001")])
+
+
+@pytest.fixture(scope="module")
+def group_run(ray_session, tmp_path_factory):
+    """One short run_on_ray with W=2 learner workers, stopped at FIRST_ACTOR_STEPS."""
+    del ray_session
+    from rlplat.distributed import layout  # pylint: disable=g-import-not-at-top
+
+    logdir = str(tmp_path_factory.mktemp("group_run") / "run")
+    summary = layout.run_on_ray(_real_builder(4.0), "cartpole:swingup", num_actors=1,
+                                max_actor_steps=FIRST_ACTOR_STEPS, logdir=logdir, seed=3,
+                                console=False, layout=_group_layout())
+    return logdir, summary
+
+
+FIRST_ACTOR_STEPS = 1200
+
+
+@pytest.mark.slow
+def test_run_on_ray_with_two_learner_workers_finishes(group_run):
+    logdir, summary = group_run
+    assert summary["actor_steps"] >= FIRST_ACTOR_STEPS
     # samples_per_insert 4 at global batch 32: about 4 * (1200 - 200) / 32 = 125 steps.
     assert summary["learner_steps"] >= 40
     assert summary["colocate_replay"] is False and summary["learner_workers"] == 2
     assert summary["checkpoint"] == os.path.join(logdir, "checkpoints", f"ckpt-{summary['learner_steps']}")
     assert summary["eval_policy_version"] == summary["learner_steps"]
+    # Each learner worker has its own placement record: two processes, the chief first.
+    where = summary["node_placement"]
+    workers_seen = [where[f"learner worker {i}"] for i in range(2)]
+    assert [(w["worker_index"], w["is_chief"]) for w in workers_seen] == [(0, True), (1, False)]
+    pids = {w["pid"] for w in workers_seen} | {where["learner group"]["pid"], where["replay"]["pid"]}
+    assert len(pids) == 4  # two learner processes, apart from the group actor and replay
+    assert "learner" not in where  # the group actor is not reported as "the learner"
     # Killing the group actor ended its workers too: every CPU is free again.
-    deadline = time.monotonic() + 30
-    while ray.available_resources().get("CPU", 0) < 2.0 and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert ray.available_resources().get("CPU", 0) >= 2.0, ray.available_resources()
+    assert _wait_for_free_cpus(2.0), ray.available_resources()
+
+
+@pytest.mark.slow
+def test_run_with_two_learner_workers_resumes_from_the_chiefs_checkpoint(group_run):
+    from rlplat.distributed import layout  # pylint: disable=g-import-not-at-top
+    from rlplat.utils import loggers  # pylint: disable=g-import-not-at-top
+
+    logdir, first = group_run
+    first_steps = first["learner_steps"]
+    assert _checkpoint_files(logdir) == _chief_files([first_steps])
+    total = FIRST_ACTOR_STEPS + 600
+    resumed_at = time.time()
+    summary = layout.run_on_ray(_real_builder(4.0), "cartpole:swingup", num_actors=1,
+                                max_actor_steps=total, logdir=logdir, seed=3, resume=True,
+                                console=False, layout=_group_layout())
+    assert summary["learner_workers"] == 2
+    # Counters continued from the checkpoint: 600 more actor steps at samples_per_insert 4
+    # are ~75 learner steps (replay is refilled to min_replay_size 200 first: >= 40).
+    assert summary["actor_steps"] >= total
+    assert first_steps + 20 <= summary["learner_steps"] <= first_steps + 150
+    with open(os.path.join(logdir, "run_info.json"), encoding="utf-8") as f:
+        assert json.load(f)["resumed_from_step"] == first_steps
+    # The resumed learner started at the checkpoint's step: its records begin
+    # there (within a few train chunks), never back at zero.
+    steps = [r["step"] for r in loggers.read_jsonl(os.path.join(logdir, loggers.JSONL_NAME), "learner")
+             if r["wall_time"] >= resumed_at]
+    assert steps and first_steps <= min(steps) <= first_steps + 40, steps
+    assert all(v > first_steps for v in summary["actor_policy_versions"])
+    # Only the chief wrote checkpoint files, and nothing else landed in the logdir.
+    assert _checkpoint_files(logdir) == _chief_files([first_steps, summary["learner_steps"]])
+    assert _wait_for_free_cpus(2.0), ray.available_resources()
 
 
 def test_layout_refuses_what_a_learner_group_cannot_do():

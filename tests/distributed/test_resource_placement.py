@@ -179,3 +179,102 @@ def test_describe_groups_workers_by_node():
     assert lines[0] == "learner, replay on 10.0.0.1 (node abcdef01, learner=1)"
     assert lines[1] == "actor 0 on 10.0.0.2 (node 99999999, actor=16)"
     assert lines[2].startswith("actor 1 on no node yet")
+
+
+# --------------------------------------------- several learner workers (W > 1)
+def test_learner_workers_that_do_not_fit_name_the_flag():
+    # CLOUD has one `learner` unit: a second worker could never be scheduled.
+    with pytest.raises(ValueError, match=r"--num-learner-workers 2: .* room for 1 .*"
+                                         r"pass --num-learner-workers 1 or fewer"):
+        resources.plan_resources(0, 0, num_actors=4, num_learner_replicas=None, nodes=CLOUD,
+                                 num_learner_workers=2)
+    # Enough `learner` units, but CPUs for only 2 workers of 1 CPU each.
+    small = [_node(1, 2, head=True, learner=4.0), _node(2, 2, actor=2.0)]
+    with pytest.raises(ValueError, match="room for 2 .*--num-learner-workers 2 or fewer") as info:
+        resources.plan_resources(0, 0, num_actors=2, num_learner_replicas=None, nodes=small,
+                                 learner_cpus=1, num_learner_workers=3)
+    assert "\n" not in str(info.value)
+    with pytest.raises(ValueError, match="--num-learner-workers must be >= 1"):
+        resources.plan_resources(2, 0, num_actors=2, num_learner_replicas=1, num_learner_workers=0)
+
+
+def test_learner_workers_need_the_gpus_of_one_learner_each():
+    # One worker per GPU node of the biggest kind: a 1-GPU learner node cannot host a 2-GPU worker.
+    gpu_nodes = [_node(1, 4, head=True, gpus=1, learner=1.0), _node(2, 4, gpus=2, learner=1.0),
+                 _node(3, 4, actor=4.0)]
+    with pytest.raises(ValueError, match=r"needs CPU=1, GPU=2, learner=1 .* room for 1 .*"
+                                         r"--num-learner-replicas"):
+        resources.plan_resources(0, 0, num_actors=4, num_learner_replicas=None, nodes=gpu_nodes,
+                                 num_learner_workers=2)
+    plan = resources.plan_resources(0, 0, num_actors=4, num_learner_replicas=1, nodes=gpu_nodes,
+                                    num_learner_workers=2)
+    assert plan.learner_gpus == 1 and plan.learner_cpus == 1.0
+    # The chief gets the node one learner would (most GPUs), the second the other node.
+    assert [node_id for node_id, _ in plan.learner_worker_nodes] == [_id(2), _id(1)]
+
+
+def test_learner_workers_spread_over_learner_nodes_with_the_chief_next_to_replay():
+    cpu_nodes = [_node(1, 4, learner=1.0), _node(2, 4, head=True, learner=1.0),
+                 _node(3, 4, learner=1.0), _node(4, 4, actor=4.0)]
+    plan = resources.plan_resources(0, 0, num_actors=4, num_learner_replicas=None, nodes=cpu_nodes,
+                                    num_learner_workers=3)
+    # Chief on the head (as one learner would be), the others one per remaining learner node.
+    assert [ip for _, ip in plan.learner_worker_nodes] == ["10.0.0.2", "10.0.0.1", "10.0.0.3"]
+    assert plan.learner_node_id == _id(2)
+    assert plan.learner_cpus == 1.0  # 16 CPUs: budget min(3, 8) = 3, one per worker
+    for index, (node_id, _) in enumerate(plan.learner_worker_nodes):
+        options = placement.ray_options(plan, "learner", index)
+        assert options["resources"] == {"learner": 1.0}
+        assert options["scheduling_strategy"].node_id == node_id
+        assert options["scheduling_strategy"].soft is False
+    chief = placement.ray_options(plan, "learner", 0)["scheduling_strategy"].node_id
+    assert placement.ray_options(plan, "replay")["scheduling_strategy"].node_id == chief
+    group = placement.ray_options(plan, "learner_group")
+    assert group["scheduling_strategy"].node_id == chief and "resources" not in group
+    with pytest.raises(ValueError, match="learner worker 3 is not in the plan"):
+        placement.ray_options(plan, "learner", 3)
+    assert "3 learner workers of 1 CPU + learner=1 on nodes 10.0.0.2, 10.0.0.1, 10.0.0.3" in plan.describe()
+
+
+def test_learner_workers_stack_where_a_node_holds_several():
+    # The shape of tests/multinode with `learner=2` on the head.
+    nodes = [_node(1, 3, head=True, learner=2.0), _node(2, 1, actor=1.0), _node(3, 1, actor=1.0)]
+    plan = resources.plan_resources(0, 0, num_actors=2, num_learner_replicas=None, nodes=nodes,
+                                    num_learner_workers=2)
+    assert [node_id for node_id, _ in plan.learner_worker_nodes] == [_id(1), _id(1)]
+    assert plan.learner_cpus == 1.0 and plan.actor_cpus == 1.0
+    # Learner workers on a node that actors share take their CPUs from it, per worker.
+    shared = [_node(1, 4, head=True, learner=2.0, actor=4.0)]
+    one = resources.plan_resources(0, 0, num_actors=2, num_learner_replicas=None, nodes=shared,
+                                   learner_cpus=1)
+    two = resources.plan_resources(0, 0, num_actors=2, num_learner_replicas=None, nodes=shared,
+                                   learner_cpus=1, num_learner_workers=2)
+    assert one.actor_cpus == 1.0 and two.actor_cpus == 1.0  # 3 and 2 CPUs left, at most 1 each
+    three = resources.plan_resources(0, 0, num_actors=3, num_learner_replicas=None, nodes=shared,
+                                     learner_cpus=1, num_learner_workers=2)
+    assert three.actor_cpus == 0.66  # 4 - 2 * 1 CPUs for 3 actors
+
+
+def test_learner_workers_share_the_learner_budget_on_two_cores():
+    one = resources.plan_resources(2, 0, num_actors=2, num_learner_replicas=None)
+    two = resources.plan_resources(2, 0, num_actors=2, num_learner_replicas=None, num_learner_workers=2)
+    assert one.learner_cpus == 1.0 and two.learner_cpus == 0.5  # 2 x 0.5: the same core in all
+    assert two.actor_cpus == one.actor_cpus == 0.5
+    assert two.num_learner_workers == 2 and two.learner_worker_nodes == ()  # one node: no pins
+    assert placement.ray_options(two, "learner", 1) == {}
+    assert two.describe().startswith("2 learner workers of 0.5 CPU (TF threads")
+    # W = 1 keeps the plan it always had (the new fields at their defaults).
+    assert one.num_learner_workers == 1 and one.describe().startswith("learner 1 CPU (TF threads")
+
+
+def test_describe_gives_each_learner_worker_a_line():
+    head = {"node_id": "abcdef0123", "node_ip": "10.0.0.1", "custom_resources": {"learner": 2.0}}
+    where = {"learner group": head, "replay": head,
+             "learner worker 0": {**head, "worker_index": 0, "is_chief": True},
+             "learner worker 1": {**head, "worker_index": 1, "is_chief": False},
+             "learner worker 2": None}
+    assert placement.describe(where) == [
+        "learner group, replay on 10.0.0.1 (node abcdef01, learner=2)",
+        "learner worker 0 (chief) on 10.0.0.1 (node abcdef01, learner=2)",
+        "learner worker 1 on 10.0.0.1 (node abcdef01, learner=2)",
+        "learner worker 2 on no node yet (not up or failed; see the worker logs)"]
