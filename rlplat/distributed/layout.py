@@ -83,8 +83,11 @@ class RayLayoutConfig:
       log_to_driver: forward worker stdout/stderr to the console.
       num_learner_workers: learner PROCESSES (``--num-learner-workers``). 1 is
         one ``LearnerWorker``. W > 1 starts a ``learner_group.LearnerGroup`` of
-        W workers under MultiWorkerMirroredStrategy (one per node on a cluster):
-        each samples global_batch_size / W transitions per step from Reverb,
+        W workers under MultiWorkerMirroredStrategy; on a cluster they spread
+        over the learner nodes, the chief on the replay server's node, and
+        share a node only when it offers several ``learner`` units (e.g.
+        ``learner=2``; see ``resources.plan_resources``). Each worker
+        samples global_batch_size / W transitions per step from Reverb,
         weights stay identical, only worker 0 keeps checkpoints. Each worker
         replicates over all of its GPUs (or its CPU), so W > 1 excludes
         ``num_learner_replicas`` > 1, and replay runs in its own process.
@@ -95,7 +98,8 @@ class RayLayoutConfig:
         server is pinned to the learner's node); None: ``{"learner": 1}`` when
         some node offers ``learner``, else none; ``{}``: none.
       actor_cpus: CPUs per actor; None: the resource plan's split.
-      learner_cpus: CPUs of the learner; None: the resource plan's choice.
+      learner_cpus: CPUs per learner worker (each of the W with
+        ``num_learner_workers`` > 1); None: the resource plan's choice.
     """
 
     actor_chunk_steps: int = 1000

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from rlplat import cluster_config
+from rlplat import cluster_rules
 from rlplat.cluster_config import ClusterConfigError, check_cluster_config, validate_cluster_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -180,7 +181,7 @@ def test_missing_file_and_non_mapping(tmp_path):
 
 
 def test_pip_parsing():
-    installs = cluster_config._pip_installs(  # pylint: disable=protected-access
+    installs = cluster_rules._pip_installs(  # pylint: disable=protected-access
         "cd ~/src && ~/venv/bin/pip install -q --upgrade pip && python -m pip install "
         "--constraint=constraints.txt -e . ; pip3 install boto3==1.0")
     assert [(p, c) for p, c, _ in installs] == [(["pip"], False), (["."], True), (["boto3==1.0"], False)]

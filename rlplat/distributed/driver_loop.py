@@ -1,0 +1,301 @@
+"""The control loop of a ``run_on_ray`` run, its result handlers and health checks.
+
+``ControlLoop`` is the part of ``driver.Driver`` that keeps one ``run_steps``
+call in flight per actor and one ``train`` call on the learner, handles each
+result as it arrives, does the periodic work (status line, learner/replay
+metrics, evaluations, checkpoints) and notices stalls and a dead replay server.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Dict
+
+import ray
+
+from rlplat.distributed import counters
+from rlplat.distributed import driver_records
+from rlplat.distributed import errors
+from rlplat.distributed import progress
+from rlplat.distributed.driver_startup import ActorSlot, kill_worker
+from rlplat.distributed.errors import RunFailedError
+
+
+class ControlLoop:
+    """Loop methods of ``driver.Driver``.
+
+    A mixin: the state lives in ``Driver.__init__`` and ``WorkerStartup._start``;
+    ``_get`` is ``Driver``'s.
+    """
+
+    def _loop(self) -> None:
+        cfg = self.cfg
+        now = time.monotonic()
+        self.loop_started = now
+        self.start_actor_steps = self.actor_steps
+        self.start_learner_steps = self.learner_steps
+        env_rate, learn_rate = progress.RateMeter(), progress.RateMeter()
+        env_rate.update(self.actor_steps, now)
+        learn_rate.update(self.learner_steps, now)
+        self.env_rate, self.learn_rate = env_rate, learn_rate
+        self.pending: Dict[Any, tuple] = {}
+        self.train_ref, self.train_submitted = None, now
+        self.eval_ref = None
+        self.ckpt_ref = None
+        self.stopping = False          # max_actor_steps reached, learner asked to stop
+        self.learner_stopped = False
+        self.steady_start = self.steady_end = None  # (time, actor steps, learner steps)
+        every = cfg.eval_every_actor_steps
+        self.next_eval = (self.actor_steps // every + 1) * every if every else math.inf
+        next_console = now + cfg.console_every_s
+        next_checkpoint = now + cfg.checkpoint_every_s
+        next_eval_time = now + cfg.eval_every_s if cfg.eval_every_s else math.inf
+        self._submit_train()
+        for slot in self.slots:
+            self._submit_actor(slot)
+
+        while not self.learner_stopped:
+            if not self.stopping and (self.actor_steps >= self.max_actor_steps or self._target_reached()):
+                self.stopping = True
+                self.stop_deadline = time.monotonic() + cfg.stop_timeout_s
+                self.learner.request_stop.remote()
+            self._wait_and_handle(0.5)
+            now = time.monotonic()
+            for slot in self.slots:
+                if slot.ref is None and not slot.dead and now >= slot.retry_at:
+                    self._submit_actor(slot)
+            self._check_stalls(now)
+            if now >= next_console:
+                next_console = now + cfg.console_every_s
+                self._periodic()
+            eval_due = self.actor_steps >= self.next_eval or now >= next_eval_time
+            if eval_due and self.eval_ref is None and not self.stopping:
+                if every:
+                    self.next_eval = (self.actor_steps // every + 1) * every
+                if cfg.eval_every_s:
+                    next_eval_time = now + cfg.eval_every_s
+                self.eval_ref = self.evaluator.evaluate.remote(cfg.eval_episodes)
+                self.pending[self.eval_ref] = ("eval",)
+            if now >= next_checkpoint and self.ckpt_ref is None and not self.stopping:
+                next_checkpoint = now + cfg.checkpoint_every_s
+                self.ckpt_ref = self.learner.save_checkpoint.remote(cfg.call_timeout_s)
+                self.pending[self.ckpt_ref] = ("checkpoint",)
+        self.loop_ended = time.monotonic()
+        self._periodic()
+
+    def _target_reached(self) -> bool:
+        target, latest = self.cfg.target_eval_return, self.eval.get("eval_return")
+        return target is not None and latest is not None and latest >= target
+
+    def _wait_and_handle(self, timeout_s: float) -> None:
+        refs = list(self.pending)
+        if not refs:
+            time.sleep(timeout_s)
+            return
+        ready, rest = ray.wait(refs, num_returns=1, timeout=timeout_s)
+        if ready and rest:
+            more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
+            ready += more
+        for ref in ready:
+            tag = self.pending.pop(ref)
+            handler = getattr(self, f"_on_{tag[0]}")
+            handler(ref, *tag[1:])
+
+    def _submit_actor(self, slot: ActorSlot) -> None:
+        if self.learner_stopped or slot.dead:
+            return
+        scheduled = self.actor_steps + sum(s.chunk for s in self.slots if s.ref is not None)
+        remaining = self.max_actor_steps - scheduled
+        if remaining <= 0 and not self.stopping:
+            return  # Idle until the learner is asked to stop (then all run again).
+        chunk = self.cfg.actor_chunk_steps if self.stopping else min(self.cfg.actor_chunk_steps,
+                                                                      remaining)
+        slot.chunk, slot.submitted = chunk, time.monotonic()
+        slot.ref = slot.handle.run_steps.remote(chunk)
+        self.pending[slot.ref] = ("actor", slot)
+
+    def _submit_train(self) -> None:
+        self.train_ref = self.learner.train.remote(self.cfg.learner_chunk_steps)
+        self.train_submitted = time.monotonic()
+        self.pending[self.train_ref] = ("train",)
+
+    # ------------------------------------------------------------ result handlers
+    def _on_actor(self, ref, slot: ActorSlot) -> None:
+        slot.ref = None
+        try:
+            stats = ray.get(ref, timeout=self.cfg.call_timeout_s)
+        except ray.exceptions.RayActorError as e:
+            # The process died; Ray is already restarting it (max_restarts).
+            self._actor_failed(slot, errors.one_line(e), died=True)
+            return
+        except ray.exceptions.RayError as e:
+            # run_steps raised; the process lives on in an unknown state.
+            self._actor_failed(slot, errors.one_line(e), died=False)
+            return
+        slot.failures = 0  # A full chunk since the last failure: it recovered.
+        slot.chunks_after_restart += bool(stats.get("restarted"))
+        slot.seed = int(stats.get("seed", slot.seed))  # a restarted process reseeds itself
+        steps = int(stats.get("env_steps", slot.chunk))
+        self.actor_steps += steps
+        slot.steps += steps
+        slot.policy_version = int(stats.get("policy_version", -1))
+        returns = driver_records.episode_returns(stats)
+        self.episodes += int(stats.get("episodes", len(returns)))
+        self.env_rate.update(self.actor_steps)
+        now = time.monotonic()
+        if self.steady_start is None:  # rates from the first result on leave start-up out
+            self.steady_start = (now, self.actor_steps, self.learner_steps)
+        self.steady_end = (now, self.actor_steps, self.learner_steps)
+        record = {"actor_index": slot.index, "actor_steps_per_second": stats.get("steps_per_second"),
+                  "env_steps_per_second": self.env_rate.rate(), "policy_version": slot.policy_version,
+                  "policy_lag": max(0, self.learner_steps - slot.policy_version),
+                  "episodes": self.episodes}
+        if returns:
+            record["episode_return"] = sum(returns) / len(returns)
+        record.update(driver_records.time_breakdown(stats))
+        self.loggers["actor"].write(self.actor_steps, driver_records.finite(record))
+        self._submit_actor(slot)
+
+    def _actor_failed(self, slot: ActorSlot, reason: str, died: bool) -> None:
+        self._check_replay_alive()  # A dead replay server explains a failing actor best.
+        slot.failures += 1
+        slot.total_failures += 1
+        self.restarts += 1
+        if slot.failures > self.cfg.actor_max_restarts:
+            slot.dead = True
+            kill_worker(slot.handle)
+            self.console.message(f"actor {slot.index} failed {slot.failures} times in a row; giving it "
+                                 f"up ({reason})")
+            if all(s.dead for s in self.slots):
+                raise RunFailedError(f"every actor failed; last error: {reason}")
+            return
+        self.console.message(f"actor {slot.index} failed ({reason}); restarting it")
+        if not died:
+            # It raised but lives on in an unknown state: kill it so Ray starts
+            # a fresh process (counted against max_restarts). One that died is
+            # already being restarted; calls made meanwhile wait for it.
+            try:
+                ray.kill(slot.handle, no_restart=False)
+            except Exception:  # pylint: disable=broad-except
+                pass
+        slot.retry_at = time.monotonic() + 1.0
+
+    def _on_train(self, ref) -> None:
+        self.train_ref = None
+        try:
+            metrics = self._get(ref, self.cfg.call_timeout_s, "learner")
+        except RunFailedError as e:
+            if not self.colocate:
+                self._check_replay_alive()  # a dead replay server explains a failed learner
+            raise RunFailedError(f"learner failed: {errors.one_line(e.__cause__ or e)}; the run cannot "
+                                 "continue (fix the cause, then continue with --resume)") from None
+        self.learner_steps = int(metrics.get("learner_steps", self.learner_steps))
+        self.learn_rate.update(self.learner_steps)
+        self.last_learner_metrics = metrics
+        if self.stopping:
+            self.learner_stopped = True
+        else:
+            self._submit_train()
+
+    def _on_eval(self, ref) -> None:
+        self.eval_ref = None
+        try:
+            result = self._get(ref, self.cfg.call_timeout_s, "evaluator")
+        except RunFailedError as e:
+            self.console.message(f"evaluation failed ({errors.one_line(e.__cause__ or e)}); will retry")
+            return
+        self._log_eval(result)
+
+    def _log_eval(self, result: Dict[str, Any]) -> None:
+        self.eval = result
+        self.loggers["evaluator"].write(self.actor_steps, driver_records.finite({
+            **result, "learner_steps": self.learner_steps}))
+
+    def _on_checkpoint(self, ref) -> None:
+        self.ckpt_ref = None
+        try:
+            saved = self._get(ref, self.cfg.call_timeout_s, "checkpoint")
+        except RunFailedError as e:
+            self.console.message(f"checkpoint failed ({errors.one_line(e.__cause__ or e)}); will retry")
+            return
+        self._record_checkpoint(saved)
+
+    def _record_checkpoint(self, saved: Dict[str, Any]) -> None:
+        self.checkpoint_path = saved.get("path") or self.checkpoint_path
+        counters.save_counters(self.logdir, int(saved["step"]), {
+            "actor_steps": self.actor_steps, "episodes": self.episodes,
+            "actor_restarts": self.restarts, "learner_steps": int(saved["step"])})
+
+    # ------------------------------------------------------------ periodic work
+    def _periodic(self) -> None:
+        if not self._read_replay():
+            self._check_replay_alive()
+        versions = [s.policy_version for s in self.slots if s.policy_version >= 0 and not s.dead]
+        # Actors can hold weights newer than the last train() result the driver
+        # has seen (they pull mid-call), so clamp instead of showing a negative lag.
+        lag = max(0.0, self.learner_steps - sum(versions) / len(versions)) if versions else None
+        metrics = dict(getattr(self, "last_learner_metrics", {}))
+        metrics.update({"learner_steps_per_second": self.learn_rate.rate(),
+                        "env_steps_per_second": self.env_rate.rate(),
+                        "actor_steps": self.actor_steps, "policy_lag": lag,
+                        **{k: v for k, v in self.replay_stats.items()}})
+        self.loggers["learner"].write(self.learner_steps, driver_records.finite(metrics))
+        self.console.show(progress.format_status(
+            actor_steps=self.actor_steps, max_actor_steps=self.max_actor_steps,
+            learner_steps=self.learner_steps, env_steps_per_s=self.env_rate.rate(),
+            learner_steps_per_s=self.learn_rate.rate(), eval_return=self.eval.get("eval_return"),
+            eval_version=self.eval.get("policy_version"), replay_size=self.replay_stats.get("replay_size"),
+            samples_per_insert=self.replay_stats.get("samples_per_insert"),
+            policy_version=min(versions) if versions else None, policy_lag=lag, restarts=self.restarts))
+
+    def _read_replay(self, timeout_s: float = 2.0) -> bool:
+        """Refreshes ``replay_stats`` from the server's table info; False if it did not answer."""
+        from rlplat.replay import errors as replay_errors  # pylint: disable=g-import-not-at-top
+
+        infos = replay_errors.probe_server(self.replay_address, timeout_s)
+        if infos is None:
+            return False
+        size = sum(i.current_size for i in infos.values())
+        inserts = sum(i.rate_limiter_info.insert_stats.completed for i in infos.values())
+        samples = sum(i.rate_limiter_info.sample_stats.completed for i in infos.values())
+        previous = self.replay_stats
+        stats = {"replay_size": size, "replay_inserts": inserts, "replay_samples": samples,
+                 "samples_per_insert": samples / inserts if inserts else math.nan}
+        d_inserts = inserts - previous.get("replay_inserts", 0)
+        d_samples = samples - previous.get("replay_samples", 0)
+        stats["samples_per_insert_recent"] = d_samples / d_inserts if d_inserts > 0 else math.nan
+        self.replay_stats = stats
+        return True
+
+    def _check_replay_alive(self) -> None:
+        if self.replay_address is None:
+            return
+        for _ in range(2):  # more misses in a row: one slow answer on a busy box is not death
+            if self._read_replay(timeout_s=5.0):
+                return
+        if self.colocate:
+            raise RunFailedError(
+                f"learner failed: its process, which also hosts the replay server at "
+                f"{self.replay_address}, no longer answers; the run cannot continue (check the "
+                "learner's worker log, then continue with --resume)")
+        raise RunFailedError(
+            f"replay server died; {self.replay_address} no longer answers, and actors and learner "
+            "cannot go on without it (check its node and the worker logs, then continue with --resume)")
+
+    def _check_stalls(self, now: float) -> None:
+        if self.train_ref is not None and now - self.train_submitted > self.cfg.learner_stall_timeout_s:
+            self._check_replay_alive()
+            raise RunFailedError(
+                f"learner made no progress for {self.cfg.learner_stall_timeout_s:g}s (a train call of "
+                f"{self.cfg.learner_chunk_steps} steps never returned); the run cannot continue")
+        if self.stopping and now > self.stop_deadline:
+            raise RunFailedError(
+                f"learner did not stop within {self.cfg.stop_timeout_s:g}s of being asked; "
+                "giving up without a final checkpoint")
+        for slot in self.slots:
+            if slot.ref is not None and now - slot.submitted > self.cfg.actor_stall_timeout_s:
+                self.pending.pop(slot.ref, None)
+                slot.ref = None
+                self._actor_failed(slot, f"a chunk of {slot.chunk} steps ran over "
+                                         f"{self.cfg.actor_stall_timeout_s:g}s", died=False)

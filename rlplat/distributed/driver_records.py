@@ -1,0 +1,77 @@
+"""What a ``run_on_ray`` run reports: its summary and the shaping of logged records (no Ray import)."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Dict, List
+
+
+def summarize(driver, seconds: float) -> Dict[str, Any]:
+    """Counts, rates and where the time went, for ``driver`` (a ``driver.Driver``) after ``run``.
+
+    ``env_steps_per_second`` and ``learner_steps_per_second`` are measured
+    from the first actor result to the last one (steady state: worker
+    start-up, the final checkpoint and shutdown are left out).
+    """
+    start, end = getattr(driver, "steady_start", None), getattr(driver, "steady_end", None)
+    env_rate = learn_rate = None
+    if start and end and end[0] > start[0]:
+        env_rate = (end[1] - start[1]) / (end[0] - start[0])
+        learn_rate = (end[2] - start[2]) / (end[0] - start[0])
+    loop_s = None
+    if hasattr(driver, "loop_started"):
+        loop_s = getattr(driver, "loop_ended", time.monotonic()) - driver.loop_started
+    return {
+        "actor_steps": driver.actor_steps, "learner_steps": driver.learner_steps,
+        "episodes": driver.episodes, "actor_restarts": driver.restarts,
+        "eval_return": driver.eval.get("eval_return"), "eval_policy_version": driver.eval.get("policy_version"),
+        "actor_policy_versions": [s.policy_version for s in driver.slots],
+        "actor_seeds": [s.seed for s in driver.slots],
+        "actors": [s.describe() for s in driver.slots],
+        "env_steps_per_second": env_rate, "learner_steps_per_second": learn_rate,
+        "samples_per_insert": driver.replay_stats.get("samples_per_insert"),
+        "replay_size": driver.replay_stats.get("replay_size"),
+        "checkpoint": driver.checkpoint_path, "logdir": driver.logdir, "seconds": seconds,
+        "colocate_replay": getattr(driver, "colocate", None),
+        "learner_workers": getattr(driver, "learner_workers", None),
+        "placement": driver.plan.describe() if hasattr(driver, "plan") else None,
+        "node_placement": getattr(driver, "node_placement", None),
+        "loop_s": loop_s, **driver.phases,
+    }
+
+
+def episode_returns(stats: Dict[str, Any]) -> List[float]:
+    """The returns of the episodes an actor's chunk finished (``[]`` when it finished none)."""
+    for key in ("episode_returns", "returns"):
+        value = stats.get(key)
+        if isinstance(value, list):
+            return [float(v) for v in value]
+    return []
+
+
+def time_breakdown(stats: Dict[str, Any]) -> Dict[str, float]:
+    """Where an actor's chunk went: seconds per part (env, policy, observe, update, other).
+
+    ``EnvironmentLoop.run_steps`` reports ``env_s``, ``policy_s``,
+    ``observe_s`` (the adder's writes), ``update_s`` (weight pulls) and
+    ``wall_s``; the fractions make a slow part stand out in TensorBoard.
+    """
+    wall = stats.get("wall_s")
+    if not isinstance(wall, (int, float)) or wall <= 0:
+        return {}
+    out = {}
+    accounted = 0.0
+    for part in ("env", "policy", "observe", "update"):
+        value = stats.get(f"{part}_s")
+        if isinstance(value, (int, float)):
+            out[f"time_{part}_fraction"] = float(value) / wall
+            accounted += float(value)
+    out["time_other_fraction"] = max(0.0, wall - accounted) / wall
+    return out
+
+
+def finite(record: Dict[str, Any]) -> Dict[str, Any]:
+    """Drops None and non-finite values (they are 'not measured yet', not data)."""
+    return {k: v for k, v in record.items()
+            if v is not None and not (isinstance(v, float) and not math.isfinite(v))}

@@ -1,0 +1,257 @@
+"""Start-up of a ``run_on_ray`` run: replay, learner (or learner group), actors, evaluator.
+
+``WorkerStartup`` is the part of ``driver.Driver`` that brings the workers up
+in the order ``layout.py`` describes, reports where each one landed, opens the
+loggers and writes ``run_info.json``. ``ActorSlot`` is the driver's record of
+one actor; ``kill_worker`` ends a worker for good.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import uuid
+from typing import Any, Dict, List
+
+import ray
+
+from rlplat.distributed import cluster
+from rlplat.distributed import counters
+from rlplat.distributed import placement
+from rlplat.distributed import process
+from rlplat.distributed import resources
+from rlplat.distributed import seeding
+from rlplat.distributed import workers
+
+
+class ActorSlot:
+    """Driver-side bookkeeping of one actor."""
+
+    def __init__(self, index: int, seed: int, handle):
+        self.index, self.seed, self.handle = index, seed, handle
+        self.ref = None          # the run_steps call in flight
+        self.chunk = 0
+        self.submitted = 0.0
+        self.failures = 0
+        self.dead = False
+        self.retry_at = 0.0      # after a failure, resubmit no earlier than this
+        self.policy_version = -1
+        self.steps = 0
+        self.total_failures = 0
+        self.chunks_after_restart = 0  # chunks run by a Ray-restarted process
+
+    def describe(self) -> Dict[str, Any]:
+        return {"index": self.index, "seed": self.seed, "steps": self.steps,
+                "policy_version": self.policy_version, "failures": self.total_failures,
+                "chunks_after_restart": self.chunks_after_restart, "given_up": self.dead}
+
+
+def kill_worker(handle) -> None:
+    """Ends a worker for good (no Ray restart); a handle already dead is fine."""
+    if handle is None:
+        return
+    try:
+        ray.kill(handle, no_restart=True)
+    except Exception:  # pylint: disable=broad-except
+        pass
+
+
+class WorkerStartup:
+    """Start-up methods of ``driver.Driver``.
+
+    A mixin: the state lives in ``Driver.__init__``, and ``_get`` and the
+    signal handlers are ``Driver``'s.
+    """
+
+    def _start(self) -> None:
+        from envs import make_environment  # pylint: disable=g-import-not-at-top
+        from rlplat import specs  # pylint: disable=g-import-not-at-top
+
+        # The driver builds the environment once: a bad name fails here, before
+        # any process starts, and the spec sizes replay and learner.
+        with make_environment(self.env, seed=self.seed, **self.env_kwargs) as environment:
+            self.spec = specs.make_environment_spec(environment)
+
+        self.connection = cluster.connect(self.address, log_to_driver=self.cfg.log_to_driver)
+        self._install_signal_handlers()
+        where = "local Ray" if self.connection.local else "Ray cluster"
+        self.console.message(f"{where} at {self.connection.address} (worker logs: "
+                             f"{os.path.join(self.connection.session_dir, 'logs')})")
+        self.nodes = resources.nodes_from_ray(ray.nodes())
+        total_cpus = sum(n.resources.get("CPU", 0.0) for n in self.nodes)
+        node_gpus = max([n.resources.get("GPU", 0.0) for n in self.nodes] or [0])
+        self.plan = resources.plan_resources(
+            total_cpus, node_gpus, self.num_actors, self.num_replicas, nodes=self.nodes,
+            actor_resources=self.cfg.actor_resources, learner_resources=self.cfg.learner_resources,
+            actor_cpus=self.cfg.actor_cpus, learner_cpus=self.cfg.learner_cpus,
+            num_learner_workers=self.cfg.num_learner_workers)
+        self.num_replicas = self.plan.num_learner_replicas
+        if self.cfg.learner_threads is not None:
+            self.plan = dataclasses.replace(self.plan, learner_threads=tuple(self.cfg.learner_threads))
+        colocate = self.cfg.colocate_replay
+        self.colocate = self.connection.local if colocate is None else bool(colocate)
+        if self.cfg.num_learner_workers > 1:
+            self.colocate = False  # A learner group samples over gRPC from one shared server.
+        replay_host = "127.0.0.1" if self.connection.local else None
+        self.console.message(f"placement: {self.plan.describe()}; replay "
+                             f"{'inside the learner' if self.colocate else 'in its own process'}")
+
+        if self.restored_step is not None:
+            saved = counters.load_counters(self.logdir, self.restored_step)
+            self.actor_steps = int(saved.get("actor_steps", 0))
+            self.episodes = int(saved.get("episodes", 0))
+            self.restarts = int(saved.get("actor_restarts", 0))
+        self._open_loggers()
+        self._write_run_info()
+
+        if not self.colocate:
+            self.replay = workers.remote(
+                workers.ReplayServer, num_cpus=self.plan.replay_cpus, max_restarts=0,
+                runtime_env=process.runtime_env("replay"), **placement.ray_options(self.plan, "replay"),
+            ).remote(self.builder, self.spec, self.num_actors, replay_host)
+            self.replay_address = self._get(self.replay.address.remote(), self.cfg.startup_timeout_s,
+                                            "replay server start")
+
+        # Named, so workers that Ray may restart find it by name rather than
+        # through a handle argument (see RemoteVariableSource).
+        self.learner_name = f"rlplat-learner-{uuid.uuid4().hex[:12]}"
+        if self.cfg.num_learner_workers > 1:
+            self.learner = self._start_learner_group()
+        else:
+            self.learner = workers.remote(
+                workers.LearnerWorker, num_cpus=self.plan.learner_cpus, num_gpus=self.plan.learner_gpus,
+                max_concurrency=4, max_restarts=0, name=self.learner_name,
+                runtime_env=process.runtime_env("learner", cpu_only=not self.plan.learner_gpus,
+                                                threads=self.plan.learner_threads[0]),
+                **placement.ray_options(self.plan, "learner"),
+            ).remote(self.builder, self.spec, self.num_replicas, self.replay_address, self.logdir,
+                     num_actors=self.num_actors, replay_host=replay_host,
+                     resume=self.restored_step is not None, threads=self.plan.learner_threads,
+                     use_gpus=bool(self.plan.learner_gpus))
+
+        # Actors and evaluator start now, so their imports overlap with the
+        # learner's build; each asks the learner for the replay address and
+        # its first weights, which Ray answers once the learner is up.
+        actor_cls = workers.remote(
+            workers.ActorWorker, num_cpus=self.plan.actor_cpus, max_restarts=self.cfg.actor_max_restarts,
+            max_task_retries=0, runtime_env=process.runtime_env("actor"),
+            **placement.ray_options(self.plan, "actor"))
+        for i in range(self.num_actors):
+            actor_seed = seeding.actor_seed(self.seed, i)
+            handle = actor_cls.remote(self.builder, self.env, self.env_kwargs, i, actor_seed,
+                                      self.learner_name, None,
+                                      weights_timeout_s=self.cfg.weights_timeout_s,
+                                      startup_timeout_s=self.cfg.startup_timeout_s)
+            self.slots.append(ActorSlot(i, actor_seed, handle))
+        self.evaluator = workers.remote(
+            workers.Evaluator, num_cpus=self.plan.evaluator_cpus, max_restarts=1, max_task_retries=0,
+            runtime_env=process.runtime_env("evaluator"),
+        ).remote(self.builder, self.env, self.env_kwargs, seeding.role_seed(self.seed, "evaluator"),
+                 self.learner_name, weights_timeout_s=self.cfg.weights_timeout_s,
+                 startup_timeout_s=self.cfg.startup_timeout_s)
+
+        ready = self._get(self.learner.ready.remote(), self.cfg.startup_timeout_s, "learner start")
+        self.replay_address = ready["replay_address"]
+        self.learner_steps = int(ready["learner_steps"])
+        self.learner_workers = int(ready.get("num_workers", 1))
+        group = f" in {self.learner_workers} learner workers" if self.learner_workers > 1 else ""
+        self.console.message(f"learner up: {ready['num_replicas']} replica(s){group} on "
+                             f"{', '.join(ready['devices'])}; step {self.learner_steps:,}; "
+                             f"replay at {self.replay_address}")
+        self._report_placement()
+
+    def _report_placement(self) -> None:
+        """Prints the node each worker landed on; records it in run_info.json.
+
+        With a learner group, each learner worker (process) gets its own
+        record and line, ``learner worker <i>`` with ``worker_index`` and
+        ``is_chief``; ``learner group`` is the coordinating actor.
+        """
+        members = self._learner_group_members()
+        named = [("learner group" if members else "learner", self.learner), ("replay", self.replay)]
+        named += [(f"learner worker {i}", handle) for i, handle in enumerate(members)]
+        named += [("evaluator", self.evaluator)] + [(f"actor {s.index}", s.handle) for s in self.slots]
+        self.node_placement = placement.locate(named, self.nodes, self.cfg.call_timeout_s)
+        for i in range(len(members)):
+            where = self.node_placement.get(f"learner worker {i}")
+            self.node_placement[f"learner worker {i}"] = where and {**where, "worker_index": i,
+                                                                     "is_chief": i == 0}
+        if self.colocate:
+            self.node_placement["replay"] = dict(self.node_placement.get("learner") or {}, colocated=True)
+        for line in placement.describe(self.node_placement):
+            self.console.message(f"placement: {line}")
+        placement.update_run_info(self.logdir, {"node_placement": self.node_placement})
+
+    def _start_learner_group(self):
+        """``--num-learner-workers W > 1``: a LearnerGroup actor named as the learner.
+
+        The group (no TF, 0 CPUs, pinned next to the chief) starts W learner
+        processes and answers the same calls a LearnerWorker does. Each worker
+        asks for the plan's per-worker learner CPUs, GPUs and custom resources
+        (e.g. ``learner=1``) and, on a cluster, is pinned to the node the plan
+        gave it: the chief (worker 0) to the replay server's node.
+        """
+        from rlplat.distributed import learner_group  # pylint: disable=g-import-not-at-top
+
+        num_workers = self.cfg.num_learner_workers
+        return workers.remote(
+            learner_group.LearnerGroup, num_cpus=0, max_concurrency=8, max_restarts=0,
+            name=self.learner_name,
+            # Not cpu_only: members inherit these env_vars, and GPU members need CUDA visible.
+            runtime_env=process.runtime_env("learner-group", cpu_only=False),
+            **placement.ray_options(self.plan, "learner_group"),
+        ).remote(self.builder, self.spec, num_workers, self.replay_address, self.logdir,
+                 resume=self.restored_step is not None, threads=self.plan.learner_threads,
+                 use_gpus=bool(self.plan.learner_gpus), num_cpus=self.plan.learner_cpus,
+                 num_gpus=self.plan.learner_gpus,
+                 member_options=[placement.ray_options(self.plan, "learner", i)
+                                 for i in range(num_workers)],
+                 build_timeout_s=self.cfg.startup_timeout_s, call_timeout_s=self.cfg.call_timeout_s,
+                 train_timeout_s=self.cfg.learner_stall_timeout_s,
+                 collective_timeout_s=self.cfg.learner_stall_timeout_s,
+                 name_prefix=self.learner_name)
+
+    def _learner_group_members(self) -> List[Any]:
+        """Handles of the learner group's workers, chief first; [] for one learner worker.
+
+        Looked up by name (``learner_group.member_name``); a member that is
+        gone maps to None, which the placement report shows as not up.
+        """
+        if getattr(self, "learner_workers", 1) <= 1:
+            return []
+        from rlplat.distributed import learner_group  # pylint: disable=g-import-not-at-top
+
+        members = []
+        for i in range(self.learner_workers):
+            try:
+                members.append(ray.get_actor(learner_group.member_name(self.learner_name, i)))
+            except ValueError:
+                members.append(None)
+        return members
+
+    def _open_loggers(self) -> None:
+        from rlplat.utils import loggers  # pylint: disable=g-import-not-at-top
+
+        resumed = self.restored_step is not None
+        purge = {"learner": self.restored_step, "actor": self.actor_steps, "evaluator": self.actor_steps}
+        for role in ("actor", "learner", "evaluator"):
+            self.loggers[role] = loggers.make_logger(
+                self.logdir, role, purge_after_step=purge[role] if resumed else None)
+
+    def _write_run_info(self) -> None:
+        from rlplat.utils import run_info  # pylint: disable=g-import-not-at-top
+
+        agent_config = getattr(self.builder, "config", None)
+        agent_config = agent_config.to_dict() if hasattr(agent_config, "to_dict") else {}
+        config = {"agent": agent_config, "env": self.env, "env_kwargs": self.env_kwargs,
+                  "num_actors": self.num_actors, "num_learner_replicas": self.num_replicas,
+                  "max_actor_steps": None if self.max_actor_steps == math.inf else self.max_actor_steps,
+                  "seed": self.seed,
+                  "layout": dataclasses.asdict(self.cfg)}
+        run_info.write_run_info(self.logdir, config, extra={
+            "layout": "ray", "builder": type(self.builder).__name__,
+            "ray_address": self.connection.address, "ray_local": self.connection.local,
+            "placement": dataclasses.asdict(self.plan), "colocate_replay": self.colocate,
+            "actor_seeds": [seeding.actor_seed(self.seed, i) for i in range(self.num_actors)],
+            "resumed_from_step": self.restored_step})
