@@ -8,6 +8,7 @@ same actor or learner runs under every layout and in unit tests.
 from __future__ import annotations
 
 import abc
+import time
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import dm_env
@@ -108,3 +109,27 @@ class AgentBuilder(abc.ABC):
     def make_actor(self, environment_spec, variable_source: VariableSource, adder: Any,
                    actor_index: int, seed: int, evaluation: bool = False) -> Actor:
         """An actor; `evaluation=True` means greedy and no adder."""
+
+
+def fetch_policy_weights(source: VariableSource, have_weights: bool, wait: bool,
+                         timeout_s: float, poll_s: float = 0.05
+                         ) -> Optional[Tuple[int, Sequence[np.ndarray]]]:
+    """``(version, policy arrays)`` from ``source``, or None to keep the current ones.
+
+    A source may answer "nothing yet" (version < 0 or no arrays) while the
+    learner starts. An actor with no weights (``have_weights`` False) or asked
+    to ``wait`` polls until weights arrive, raising ``TimeoutError`` after
+    ``timeout_s``; one that already acts keeps its weights instead of waiting.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        version, weights = source.get_variables(["policy"])
+        arrays = (weights or {}).get("policy")
+        if version >= 0 and arrays:
+            return int(version), arrays
+        if not wait and have_weights:
+            return None
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"actor got no policy weights within {timeout_s:g}s "
+                               f"(last version {version}); is the learner running?")
+        time.sleep(poll_s)

@@ -43,7 +43,7 @@ from rlplat import core
 from rlplat import replication
 from rlplat.replay import datasets as replay_datasets
 from rlplat.utils.optimizers import FusedAdam
-from rlplat.utils.watchdog import CallRunner, check_replay_server
+from rlplat.utils import watchdog
 
 
 class D4PGLearner(core.Learner):
@@ -133,7 +133,7 @@ class D4PGLearner(core.Learner):
         self._copy_fn = tf.function(self._copy_targets)
         self._export_lock = threading.Lock()
         self._export: Tuple[int, Optional[list]] = (-1, None)
-        self._runner: Optional[CallRunner] = None
+        self._runner = watchdog.CallRunner()
 
     # ------------------------------------------------------------------- step
     def _losses_and_grads(self, batch):
@@ -214,16 +214,9 @@ class D4PGLearner(core.Learner):
         return out
 
     def _run(self, n: int) -> Dict[str, tf.Tensor]:
-        call = lambda: self._repl.run_steps(self._step, self._iterator, n)  # noqa: E731
-        if self._replay is None:
-            return call()
-        address, table = self._replay
-        with replay_datasets.translate_sampling_errors(address, table or "?",
-                                                       self._rate_limiter_timeout_ms):
-            if self._runner is None:
-                self._runner = CallRunner()
-            return self._runner.run(call, self._step_timeout_s,
-                                    lambda: check_replay_server(address, self._step_timeout_s))
+        return watchdog.run_replay_fed(
+            self._runner, lambda: self._repl.run_steps(self._step, self._iterator, n),
+            self._replay, self._step_timeout_s, self._rate_limiter_timeout_ms)
 
     # -------------------------------------------------------------- variables
     @property

@@ -17,7 +17,6 @@ nothing.
 
 from __future__ import annotations
 
-import time
 from typing import Any, Dict, Optional
 
 import dm_env
@@ -175,18 +174,11 @@ class IMPALAActor(core.Actor):
         if not wait and self._since_update < self._period and self._version >= 0:
             return
         self._since_update = 0
-        deadline = time.monotonic() + self._wait_timeout_s
-        while True:
-            version, weights = self._source.get_variables(["policy"])
-            arrays = (weights or {}).get("policy")
-            if version >= 0 and arrays:
-                break
-            if not wait and self._version >= 0:
-                return
-            if time.monotonic() >= deadline:
-                raise TimeoutError(f"actor got no policy weights within {self._wait_timeout_s:g}s "
-                                   f"(last version {version}); is the learner running?")
-            time.sleep(0.05)
+        fetched = core.fetch_policy_weights(self._source, self._version >= 0, wait,
+                                            self._wait_timeout_s)
+        if fetched is None:
+            return  # Keep acting with what we have.
+        version, arrays = fetched
         if version != self._version:
             self._policy.load(arrays)
             self._version = int(version)

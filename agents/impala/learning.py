@@ -30,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from rlplat.utils.optimizers import FusedAdam
-from rlplat.utils.watchdog import CallRunner, check_replay_server
+from rlplat.utils import watchdog
 from agents.impala import losses
 from agents.impala import networks
 from agents.impala.config import IMPALAConfig
@@ -92,7 +92,7 @@ class IMPALALearner(core.Learner):
         self._step = self._step_fn  # One bound-method object: the Replicator caches per step_fn.
         self._export_lock = threading.Lock()
         self._export: Tuple[int, Optional[list]] = (-1, None)
-        self._runner: Optional[CallRunner] = None
+        self._runner = watchdog.CallRunner()
 
     # ------------------------------------------------------------------- loss
     def _per_step_losses(self, batch, keep):
@@ -199,16 +199,9 @@ class IMPALALearner(core.Learner):
         return out
 
     def _run(self, n: int) -> Dict[str, tf.Tensor]:
-        call = lambda: self._repl.run_steps(self._step, self._iterator, n)  # noqa: E731
-        if self._replay is None:
-            return call()
-        address, table = self._replay
-        with replay_datasets.translate_sampling_errors(address, table or "?",
-                                                       self._rate_limiter_timeout_ms):
-            if self._runner is None:
-                self._runner = CallRunner()
-            return self._runner.run(call, self._step_timeout_s,
-                                    lambda: check_replay_server(address, self._step_timeout_s))
+        return watchdog.run_replay_fed(
+            self._runner, lambda: self._repl.run_steps(self._step, self._iterator, n),
+            self._replay, self._step_timeout_s, self._rate_limiter_timeout_ms)
 
     # -------------------------------------------------------------- variables
     @property

@@ -34,8 +34,7 @@ class CallRunner:
 
     def __init__(self):
         self._calls: "queue.Queue" = queue.Queue()
-        self._thread = threading.Thread(target=self._loop, name="learner-step", daemon=True)
-        self._thread.start()
+        self._thread = None  # Started on the first call: in-memory learners never need it.
         self._hung = False
 
     def _loop(self) -> None:
@@ -55,6 +54,9 @@ class CallRunner:
         """
         if self._hung:
             raise RuntimeError("an earlier learner call never returned; this learner is unusable")
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="learner-step", daemon=True)
+            self._thread.start()
         done, box = threading.Event(), []
         self._calls.put((fn, done, box))
         while not done.wait(timeout_s):
@@ -67,3 +69,28 @@ class CallRunner:
         if ok:
             return value
         raise value
+
+
+def run_replay_fed(runner: "CallRunner", call, replay, step_timeout_s: float,
+                   rate_limiter_timeout_ms: int) -> Any:
+    """Runs a learner call that samples from replay, so that it cannot hang.
+
+    Args:
+      runner: the learner's ``CallRunner``.
+      call: the zero-argument call (e.g. K steps in one ``tf.function``).
+      replay: ``(address, table)`` of the replay it samples, or None for an
+        in-memory dataset (then ``call`` simply runs here).
+      step_timeout_s: how often to probe the server while the call runs.
+      rate_limiter_timeout_ms: the dataset's sampling timeout (for the error).
+
+    Raises:
+      ReplayTimeoutError: the dataset timed out, or the server is gone.
+    """
+    if replay is None:
+        return call()
+    from rlplat.replay import datasets  # pylint: disable=g-import-not-at-top  (TensorFlow)
+
+    address, table = replay
+    with datasets.translate_sampling_errors(address, table or "?", rate_limiter_timeout_ms):
+        return runner.run(call, step_timeout_s,
+                          lambda: check_replay_server(address, step_timeout_s))
