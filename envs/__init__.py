@@ -36,6 +36,16 @@ __all__ = [
     "FlattenObservationWrapper",
     "StepLimitWrapper",
     "UnknownEnvironmentError",
+    "list_gym_tasks",
     "list_tasks",
     "make_environment",
 ]
+
+
+def list_gym_tasks() -> list:
+    """The ``gym:<id>`` names ``make_environment`` accepts ([] without gymnasium)."""
+    try:
+        from envs import gym_adapter  # pylint: disable=g-import-not-at-top  (imports gymnasium)
+    except ImportError:
+        return []
+    return gym_adapter.list_gym_tasks()

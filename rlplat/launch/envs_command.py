@@ -14,19 +14,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     del args
-    from envs import list_tasks  # pylint: disable=g-import-not-at-top  (lazy: loads dm_control)
+    import envs  # pylint: disable=g-import-not-at-top  (lazy: loads dm_control)
 
     import os  # pylint: disable=g-import-not-at-top
     import sys  # pylint: disable=g-import-not-at-top
 
     try:
-        names = [":".join(t) if isinstance(t, (tuple, list)) else t for t in list_tasks()]
-        try:
-            from envs import gym_adapter  # pylint: disable=g-import-not-at-top
-
-            names += gym_adapter.list_gym_tasks()  # "gym:<id>" names
-        except ImportError:  # gymnasium not installed (or a stand-in envs module)
-            pass
+        names = [":".join(t) if isinstance(t, (tuple, list)) else t for t in envs.list_tasks()]
+        # Asked of the envs package (not its gym module) so a stand-in package decides.
+        names += getattr(envs, "list_gym_tasks", list)()
         sys.stdout.write("\n".join(names) + "\n")
         sys.stdout.flush()
     except BrokenPipeError:
