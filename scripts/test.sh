@@ -5,7 +5,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV="${RLPLAT_VENV:-.venv}"
 export MUJOCO_GL="${MUJOCO_GL:-osmesa}" TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
-"$VENV/bin/python" -m pytest "$@"
+# --durations: the suite must stay under 15 minutes on 2 cores; this shows what to trim.
+"$VENV/bin/python" -m pytest --durations=15 "$@"
 rc=$?
 # pytest exits 5 when it collected nothing: for this project that is a broken suite, not a pass.
 if [ "$rc" = 5 ]; then echo "test.sh: error: pytest collected no tests; check the test paths" >&2; exit 1; fi
