@@ -111,25 +111,59 @@ class AgentBuilder(abc.ABC):
         """An actor; `evaluation=True` means greedy and no adder."""
 
 
-def fetch_policy_weights(source: VariableSource, have_weights: bool, wait: bool,
-                         timeout_s: float, poll_s: float = 0.05
-                         ) -> Optional[Tuple[int, Sequence[np.ndarray]]]:
-    """``(version, policy arrays)`` from ``source``, or None to keep the current ones.
 
-    A source may answer "nothing yet" (version < 0 or no arrays) while the
-    learner starts. An actor with no weights (``have_weights`` False) or asked
-    to ``wait`` polls until weights arrive, raising ``TimeoutError`` after
-    ``timeout_s``; one that already acts keeps its weights instead of waiting.
+class PullingActor(Actor):
+    """An ``Actor`` that pulls its policy weights from a ``VariableSource``.
+
+    Weights are pulled before the first action (waiting, with a timeout, so no
+    random policy ever acts) and then every ``variable_update_period``
+    observed steps. Subclasses call ``_count_step()`` in ``observe`` and
+    implement ``_load_policy``; the base keeps the version bookkeeping.
     """
-    deadline = time.monotonic() + timeout_s
-    while True:
-        version, weights = source.get_variables(["policy"])
-        arrays = (weights or {}).get("policy")
-        if version >= 0 and arrays:
-            return int(version), arrays
-        if not wait and have_weights:
-            return None
-        if time.monotonic() >= deadline:
-            raise TimeoutError(f"actor got no policy weights within {timeout_s:g}s "
-                               f"(last version {version}); is the learner running?")
-        time.sleep(poll_s)
+
+    def __init__(self, variable_source: VariableSource, variable_update_period: int,
+                 wait_timeout_s: float):
+        if variable_update_period < 1:
+            raise ValueError(f"variable_update_period must be >= 1 (got {variable_update_period})")
+        self._source = variable_source
+        self._period = int(variable_update_period)
+        self._wait_timeout_s = float(wait_timeout_s)
+        self._version = -1
+        self._since_update = 0
+
+    @abc.abstractmethod
+    def _load_policy(self, arrays: Sequence[np.ndarray]) -> None:
+        """Replaces the acting policy's weights (``policy.variables`` order)."""
+
+    @property
+    def policy_version(self) -> int:
+        return self._version
+
+    def _count_step(self) -> None:
+        self._since_update += 1
+
+    def update(self, wait: bool = False) -> None:
+        """Pulls weights if due (every ``variable_update_period`` steps) or if ``wait``.
+
+        ``wait=True`` (and the first action) block until the source serves
+        weights, raising ``TimeoutError`` after ``wait_timeout_s``. An actor
+        that already has weights keeps them when the source has none to give.
+        """
+        if not wait and self._since_update < self._period and self._version >= 0:
+            return
+        self._since_update = 0
+        deadline = time.monotonic() + self._wait_timeout_s
+        while True:
+            version, weights = self._source.get_variables(["policy"])
+            arrays = (weights or {}).get("policy")
+            if version >= 0 and arrays:
+                break
+            if not wait and self._version >= 0:
+                return  # Keep acting with what we have.
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"actor got no policy weights within {self._wait_timeout_s:g}s "
+                                   f"(last version {version}); is the learner running?")
+            time.sleep(0.05)
+        if version != self._version:
+            self._load_policy(arrays)
+            self._version = int(version)

@@ -115,7 +115,7 @@ def _op_arrays(op: Dict[str, Any]) -> list:
     return []
 
 
-class D4PGActor(core.Actor):
+class D4PGActor(core.PullingActor):
     """Deterministic policy + N(0, sigma^2) noise, clipped to [-1, 1].
 
     ``evaluation=True`` acts greedily (no noise) and needs no adder.
@@ -145,23 +145,13 @@ class D4PGActor(core.Actor):
         """
         if sigma < 0:
             raise ValueError(f"sigma must be >= 0 (got {sigma})")
-        if variable_update_period < 1:
-            raise ValueError(f"variable_update_period must be >= 1 (got {variable_update_period})")
+        super().__init__(variable_source, variable_update_period, wait_timeout_s)
         self._policy = NumpyPolicy(template)
-        self._source = variable_source
         self._adder = adder
         self._sigma = 0.0 if evaluation else float(sigma)
         self._rng = np.random.default_rng(seed)
-        self._period = int(variable_update_period)
-        self._wait_timeout_s = float(wait_timeout_s)
-        self._version = -1
-        self._since_update = 0
         self._noise = np.zeros((0,) + self._policy.action_shape, np.float32)
         self._noise_index = 0
-
-    @property
-    def policy_version(self) -> int:
-        return self._version
 
     @property
     def sigma(self) -> float:
@@ -196,22 +186,7 @@ class D4PGActor(core.Actor):
     def observe(self, action: np.ndarray, next_timestep: dm_env.TimeStep) -> None:
         if self._adder is not None:
             self._adder.add(action, next_timestep)
-        self._since_update += 1
+        self._count_step()
 
-    def update(self, wait: bool = False) -> None:
-        """Pulls weights if due (every ``variable_update_period`` steps) or if ``wait``.
-
-        ``wait=True`` (and the first action) block until the source serves
-        weights, raising ``TimeoutError`` after ``wait_timeout_s``.
-        """
-        if not wait and self._since_update < self._period and self._version >= 0:
-            return
-        self._since_update = 0
-        fetched = core.fetch_policy_weights(self._source, self._version >= 0, wait,
-                                            self._wait_timeout_s)
-        if fetched is None:
-            return  # Keep acting with what we have.
-        version, arrays = fetched
-        if version != self._version:
-            self._policy.load(arrays)
-            self._version = int(version)
+    def _load_policy(self, arrays) -> None:
+        self._policy.load(arrays)

@@ -58,7 +58,7 @@ def make_numpy_policy(environment_spec: Any, config: Any) -> networks.NumpyPolic
     return networks.NumpyPolicy(len(config.layer_sizes), config.core == "lstm", discrete)
 
 
-class IMPALAActor(core.Actor):
+class IMPALAActor(core.PullingActor):
     """Samples from the current policy and records unrolls (see module docstring).
 
     Args:
@@ -77,28 +77,18 @@ class IMPALAActor(core.Actor):
                  variable_source: core.VariableSource, adder: Any = None, *,
                  seed: Optional[int] = None, evaluation: bool = False,
                  variable_update_period: int = 100, wait_timeout_s: float = 120.0):
-        if variable_update_period < 1:
-            raise ValueError(f"variable_update_period must be >= 1 (got {variable_update_period})")
+        super().__init__(variable_source, variable_update_period, wait_timeout_s)
         self._policy = policy
         self._discrete = isinstance(action_spec, specs.DiscreteArray)
         self._action_shape = tuple(action_spec.shape)
-        self._source = variable_source
         self._adder = adder
         self._greedy = bool(evaluation)
         self._rng = np.random.default_rng(seed)
-        self._period = int(variable_update_period)
-        self._wait_timeout_s = float(wait_timeout_s)
-        self._version = -1
-        self._since_update = 0
         self._state = None       # core state at the current observation
         self._next_state = None  # core state after it (once an action was chosen)
         self._record: tuple = ()  # (replay action, extras, log_prob) of the last action
         self._draws = np.zeros(0, np.float64)
         self._draw_index = 0
-
-    @property
-    def policy_version(self) -> int:
-        return self._version
 
     # --------------------------------------------------------------- acting
     def select_action(self, observation: np.ndarray):
@@ -162,23 +152,8 @@ class IMPALAActor(core.Actor):
             self._adder.add(replay_action, next_timestep, extras=extras,
                             behaviour_log_prob=log_prob, policy_version=self._version)
         self._state = self._next_state
-        self._since_update += 1
+        self._count_step()
 
     # -------------------------------------------------------------- weights
-    def update(self, wait: bool = False) -> None:
-        """Pulls weights if due (every ``variable_update_period`` steps) or if ``wait``.
-
-        ``wait=True`` (and the first action) block until the source serves
-        weights, raising ``TimeoutError`` after ``wait_timeout_s``.
-        """
-        if not wait and self._since_update < self._period and self._version >= 0:
-            return
-        self._since_update = 0
-        fetched = core.fetch_policy_weights(self._source, self._version >= 0, wait,
-                                            self._wait_timeout_s)
-        if fetched is None:
-            return  # Keep acting with what we have.
-        version, arrays = fetched
-        if version != self._version:
-            self._policy.load(arrays)
-            self._version = int(version)
+    def _load_policy(self, arrays) -> None:
+        self._policy.load(arrays)
