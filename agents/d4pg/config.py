@@ -14,12 +14,9 @@ optional; set ``clipping=False`` to apply raw gradients.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Dict, Tuple
 
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+from rlplat import config_fields as fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -77,35 +74,9 @@ class D4PGConfig:
     def __post_init__(self) -> None:
         # Types first, so the range checks below compare numbers, not strings.
         # bool is an int subclass; reject it so `n_step=True` is not "1".
-        for name in self._INT_FIELDS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"{name} must be an integer (got {value!r}); "
-                                 f"set {_flag(name)} to a whole number")
-        for name in self._FLOAT_FIELDS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"{name} must be a number (got {value!r}); "
-                                 f"set {_flag(name)} to a finite number")
-            if not math.isfinite(value):
-                raise ValueError(f"{name} must be finite (got {value!r}); "
-                                 f"set {_flag(name)} to a finite number")
-            # Normalise ints to float so to_dict()/equality are stable.
-            object.__setattr__(self, name, float(value))
-        for name in self._LAYER_FIELDS:
-            value = getattr(self, name)
-            # Accept lists (e.g. from JSON / to_dict) but store tuples so the
-            # config stays hashable and immutable.
-            if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-                raise ValueError(f"{name} must be a sequence of positive ints "
-                                 f"(got {value!r}); set {_flag(name)} like 256,256")
-            sizes = tuple(value)
-            if not sizes or any(isinstance(s, bool) or not isinstance(s, int)
-                                or s < 1 for s in sizes):
-                raise ValueError(f"{name} must be a non-empty sequence of "
-                                 f"positive ints (got {value!r}); "
-                                 f"set {_flag(name)} like 256,256")
-            object.__setattr__(self, name, sizes)
+        fields.check_ints(self, self._INT_FIELDS)
+        fields.check_floats(self, self._FLOAT_FIELDS)
+        fields.check_layer_sizes(self, self._LAYER_FIELDS, "256,256")
         if not isinstance(self.clipping, bool):
             raise ValueError(f"clipping must be a bool (got {self.clipping!r}); "
                              "set --clipping true or false")
@@ -115,7 +86,7 @@ class D4PGConfig:
         def need(ok: bool, name: str, rule: str, fix: str) -> None:
             if not ok:
                 raise ValueError(f"{name} must be {rule} (got "
-                                 f"{getattr(self, name)!r}); set {_flag(name)} {fix}")
+                                 f"{getattr(self, name)!r}); set {fields.flag(name)} {fix}")
 
         need(self.n_step >= 1, "n_step", ">= 1", "1 or more")
         need(0.0 <= self.discount <= 1.0, "discount", "in [0, 1]",

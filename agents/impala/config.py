@@ -14,14 +14,11 @@ name the flag to change.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, Dict, Optional, Tuple
 
+from rlplat import config_fields as fields
+
 CORES = ("mlp", "lstm")
-
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,43 +72,23 @@ class IMPALAConfig:
                      "max_gradient_norm")
 
     def __post_init__(self) -> None:
-        for name in self._INT_FIELDS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise ValueError(f"{name} must be an integer (got {value!r}); "
-                                 f"set {_flag(name)} to a whole number")
+        fields.check_ints(self, self._INT_FIELDS)
         lag = self.max_policy_lag
         if lag is not None and (isinstance(lag, bool) or not isinstance(lag, int)):
             raise ValueError(f"max_policy_lag must be an integer or None (got {lag!r}); "
                              "set --max-policy-lag to a whole number or leave it out")
-        for name in self._FLOAT_FIELDS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"{name} must be a number (got {value!r}); "
-                                 f"set {_flag(name)} to a finite number")
-            if not math.isfinite(value):
-                raise ValueError(f"{name} must be finite (got {value!r}); "
-                                 f"set {_flag(name)} to a finite number")
-            object.__setattr__(self, name, float(value))
+        fields.check_floats(self, self._FLOAT_FIELDS)
         if self.core not in CORES:
             raise ValueError(f"core must be one of {CORES} (got {self.core!r}); "
                              "set --core mlp or --core lstm")
-        value = self.layer_sizes
-        if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
-            raise ValueError(f"layer_sizes must be a sequence of positive ints (got {value!r}); "
-                             "set --layer-sizes like 64,64")
-        sizes = tuple(value)
-        if not sizes or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes):
-            raise ValueError(f"layer_sizes must be a non-empty sequence of positive ints "
-                             f"(got {value!r}); set --layer-sizes like 64,64")
-        object.__setattr__(self, "layer_sizes", sizes)
+        fields.check_layer_sizes(self, ("layer_sizes",), "64,64")
         self._check_ranges()
 
     def _check_ranges(self) -> None:
         def need(ok: bool, name: str, rule: str, fix: str) -> None:
             if not ok:
                 raise ValueError(f"{name} must be {rule} (got {getattr(self, name)!r}); "
-                                 f"set {_flag(name)} {fix}")
+                                 f"set {fields.flag(name)} {fix}")
 
         need(self.unroll_length >= 1, "unroll_length", ">= 1", "1 or more (e.g. 20)")
         need(self.global_batch_size >= 1, "global_batch_size", ">= 1", "1 or more (e.g. 32)")

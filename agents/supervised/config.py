@@ -11,9 +11,7 @@ import dataclasses
 import math
 from typing import Any, Dict, Tuple
 
-
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+from rlplat import config_fields as fields
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,18 +57,18 @@ class SupervisedConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"{name} must be an integer (got {value!r}); "
-                                 f"set {_flag(name)} to a whole number")
+                                 f"set {fields.flag(name)} to a whole number")
         for name in self._POSITIVE_INTS:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)}); "
-                                 f"set {_flag(name)} to 1 or more")
+                                 f"set {fields.flag(name)} to 1 or more")
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0 (got {self.seed}); set --seed to 0 or more")
         for name in ("learning_rate", "held_out_fraction"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ValueError(f"{name} must be a finite number (got {value!r}); "
-                                 f"set {_flag(name)} to a number")
+                                 f"set {fields.flag(name)} to a number")
             object.__setattr__(self, name, float(value))
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be > 0 (got {self.learning_rate}); "

@@ -1,0 +1,57 @@
+"""Type checks shared by the agents' frozen config dataclasses (no TensorFlow).
+
+Each check raises a one-line ValueError that names the command-line flag to
+change; each field ``foo_bar`` is the flag ``--foo-bar``. Checks that
+normalise a value (ints to float, lists to tuples) write it back with
+``object.__setattr__``, as a frozen dataclass's ``__post_init__`` must.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+
+def flag(name: str) -> str:
+    """The command-line flag of config field ``name``."""
+    return "--" + name.replace("_", "-")
+
+
+def check_ints(config: Any, names: Iterable[str]) -> None:
+    """Each field is an int (bool, an int subclass, is refused)."""
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{name} must be an integer (got {value!r}); "
+                             f"set {flag(name)} to a whole number")
+
+
+def check_floats(config: Any, names: Iterable[str]) -> None:
+    """Each field is a finite number; stored as float so equality and to_dict are stable."""
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{name} must be a number (got {value!r}); "
+                             f"set {flag(name)} to a finite number")
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be finite (got {value!r}); "
+                             f"set {flag(name)} to a finite number")
+        object.__setattr__(config, name, float(value))
+
+
+def check_layer_sizes(config: Any, names: Iterable[str], example: str) -> None:
+    """Each field is a non-empty sequence of positive ints, stored as a tuple.
+
+    Lists (e.g. from JSON or ``to_dict``) are accepted; tuples keep the config
+    hashable and immutable. ``example`` is shown in the fix (e.g. "256,256").
+    """
+    for name in names:
+        value = getattr(config, name)
+        if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+            raise ValueError(f"{name} must be a sequence of positive ints "
+                             f"(got {value!r}); set {flag(name)} like {example}")
+        sizes = tuple(value)
+        if not sizes or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes):
+            raise ValueError(f"{name} must be a non-empty sequence of positive ints "
+                             f"(got {value!r}); set {flag(name)} like {example}")
+        object.__setattr__(config, name, sizes)
