@@ -2,32 +2,13 @@
 
 import json
 import os
-import subprocess
 import sys
 import types
 
 import pytest
 
+from cli_testlib import assert_usage_error, run_rlplat
 from rlplat.launch import cli
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _rlplat(*args, timeout=180):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    env.pop("TF_CONFIG", None)
-    return subprocess.run([sys.executable, "-m", "rlplat.launch.cli", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def _assert_usage_error(result, *fragments):
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("rlplat: error: "), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0]
-    assert "Traceback" not in result.stderr
-
 
 @pytest.mark.parametrize("args, fragments", [
     (["--num-replicas", "0"], ["--num-replicas must be >= 1"]),
@@ -39,16 +20,16 @@ def _assert_usage_error(result, *fragments):
     (["--no-such-flag"], ["--no-such-flag"]),
 ])
 def test_bad_flags_exit_2_with_one_line(args, fragments):
-    _assert_usage_error(_rlplat("train", "supervised", *args, timeout=60), *fragments)
+    assert_usage_error(run_rlplat("train", "supervised", *args, timeout=60), *fragments)
 
 
 def test_missing_command_is_a_usage_error():
-    _assert_usage_error(_rlplat("train", timeout=60), "AGENT")
+    assert_usage_error(run_rlplat("train", timeout=60), "AGENT")
 
 
 def test_short_run_writes_everything_and_resumes(tmp_path):
     logdir = str(tmp_path / "run")
-    result = _rlplat("train", "supervised", "--num-replicas", "2", "--num-steps", "50",
+    result = run_rlplat("train", "supervised", "--num-replicas", "2", "--num-steps", "50",
                      "--logdir", logdir, "--no-progress")
     assert result.returncode == 0, result.stderr
     assert "held-out accuracy" in result.stdout
@@ -63,8 +44,8 @@ def test_short_run_writes_everything_and_resumes(tmp_path):
     assert info["config"]["num_steps"] == 50 and info["num_replicas"] == 2 and "tensorflow" in info["versions"]
 
     # Starting over on top of it is refused; resuming (under 1 replica) continues.
-    _assert_usage_error(_rlplat("train", "supervised", "--logdir", logdir), "--resume")
-    result = _rlplat("train", "supervised", "--num-steps", "60", "--logdir", logdir, "--resume")
+    assert_usage_error(run_rlplat("train", "supervised", "--logdir", logdir), "--resume")
+    result = run_rlplat("train", "supervised", "--num-steps", "60", "--logdir", logdir, "--resume")
     assert result.returncode == 0, result.stderr
     assert "done: step 60" in result.stdout
     assert os.path.exists(os.path.join(logdir, "checkpoints", "ckpt-60.index"))
@@ -94,6 +75,6 @@ def test_real_envs_command():
         from envs import list_tasks  # noqa: F401
     except ImportError:
         pytest.skip("envs.list_tasks is not there yet")
-    result = _rlplat("envs", timeout=120)
+    result = run_rlplat("envs", timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip()

@@ -2,27 +2,14 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from cli_testlib import assert_usage_error, run_rlplat
 
 
 def _rlplat(*args, timeout=240):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    env.pop("TF_CONFIG", None)
-    return subprocess.run([sys.executable, "-m", "rlplat.launch.cli", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def _assert_usage_error(result, *fragments):
-    assert result.returncode == 2, result.stderr
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("rlplat: error: "), result.stderr
-    for fragment in fragments:
-        assert fragment in lines[0]
+    return run_rlplat(*args, timeout=timeout)
 
 
 def test_help_lists_the_shared_and_agent_flags():
@@ -45,7 +32,7 @@ def test_help_lists_the_shared_and_agent_flags():
     (["--layer-sizes", "8,x"], ["--layer-sizes"]),
 ])
 def test_bad_flags_exit_2_with_one_line(args, fragments):
-    _assert_usage_error(_rlplat("train", "impala", *args, timeout=60), *fragments)
+    assert_usage_error(_rlplat("train", "impala", *args, timeout=60), *fragments)
 
 
 @pytest.mark.slow
