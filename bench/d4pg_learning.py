@@ -1,18 +1,26 @@
-"""Wall time for D4PG to reach an eval return on cartpole:swingup, on the real Ray layout.
+"""D4PG steps-to-target on cartpole:swingup over seeds, on the real Ray layout.
 
-Runs `run_on_ray` exactly as `rlplat train d4pg` does (local Ray, Reverb
-inside the learner, default D4PG config), with greedy evaluations every
-`--eval-every` actor steps, and stops as soon as one reaches `--target`.
-Wall time counts from the call (Ray start, TF imports and warm-up included).
+Each seed runs `run_on_ray` exactly as `rlplat train d4pg` does (local Ray,
+Reverb inside the learner, 2 actors, the default D4PG config unless `--set`
+changes it), with greedy evaluations every `--eval-every` actor steps
+(`--eval-episodes` each, logged at the step of the weights they used), and
+stops at the first evaluation that reaches `--target` or at
+`--max-actor-steps`. Seeds run one after another; each seed's record is kept
+in results/runs/ and reused by a later call with the same settings, so an
+interrupted sweep resumes.
 
-    python bench/d4pg_learning.py [--target 800] [--num-actors 2] [--max-actor-steps 400000]
+    python bench/d4pg_learning.py --seeds 3 [--variant NAME --set dqda_clip_norm=0 ...]
+        [--target 800] [--max-actor-steps 200000] [--eval-every 5000] [--eval-episodes 5]
 
-Writes d4pg_learning.json (figures + the eval curve) and d4pg_learning.png.
+Writes d4pg_learning.json (per variant: settings, summary, the seeds' curves)
+and d4pg_learning.png (mean and min-max band over seeds, against env steps and
+wall time) from every variant recorded in results/runs/.
 """
 
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
 import sys
@@ -21,90 +29,124 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench import seeds as seeds_lib  # noqa: E402
+
+BENCH = "d4pg_learning"
+
+
+def _parse_sets(pairs):
+    from agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top  (no TF)
+
+    defaults = D4PGConfig()
+    out = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or not hasattr(defaults, name):
+            raise SystemExit(f"--set {pair!r}: expected FIELD=VALUE with a D4PGConfig field")
+        default = getattr(defaults, name)
+        if isinstance(default, bool):
+            out[name] = text.lower() in ("1", "true", "yes")
+        elif isinstance(default, tuple):
+            out[name] = tuple(int(x) for x in text.split(","))
+        else:
+            out[name] = type(default)(text)
+    D4PGConfig(**out)  # Validate before any run starts.
+    return out
+
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="cartpole:swingup")
     parser.add_argument("--target", type=float, default=800.0)
     parser.add_argument("--num-actors", type=int, default=2)
-    parser.add_argument("--max-actor-steps", type=int, default=400_000)
-    parser.add_argument("--eval-every", type=int, default=10_000, help="actor steps between evaluations")
-    parser.add_argument("--eval-episodes", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--logdir", default=None)
+    parser.add_argument("--max-actor-steps", type=int, default=200_000)
+    parser.add_argument("--eval-every", type=int, default=5_000, help="actor steps between evaluations")
+    parser.add_argument("--eval-episodes", type=int, default=5)
+    parser.add_argument("--seeds", type=int, default=3, help="number of seeds")
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--variant", default="default", help="name of this configuration in the results")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="D4PGConfig override (repeatable)")
+    parser.add_argument("--no-reuse", action="store_true", help="rerun seeds that have a record")
+    parser.add_argument("--report-only", action="store_true", help="only rebuild the JSON and PNG")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = parser.parse_args(argv)
+    overrides = _parse_sets(args.set)
+    settings = {"env": args.env, "target": args.target, "num_actors": args.num_actors,
+                "max_actor_steps": args.max_actor_steps, "eval_every": args.eval_every,
+                "eval_episodes": args.eval_episodes, "overrides": overrides}
+    if not args.report_only:
+        seed_list = list(range(args.first_seed, args.first_seed + args.seeds))
+        records = seeds_lib.run_seeds(args.out, BENCH, args.variant, seed_list, settings,
+                                      lambda seed: run_one(args, overrides, seed), reuse=not args.no_reuse)
+        summary = seeds_lib.summarise(records, args.target, args.max_actor_steps)
+        print(seeds_lib.summary_line(f"D4PG {args.env} [{args.variant}]", summary), flush=True)
+    return write_report(args.out)
 
-    from agents.d4pg.builder import D4PGBuilder
-    from agents.d4pg.config import D4PGConfig
-    from rlplat.distributed.layout import RayLayoutConfig, run_on_ray
 
-    logdir = args.logdir or tempfile.mkdtemp(prefix="d4pg_learning_")
+def run_one(args, overrides, seed):
+    """One training run to the target; its eval curve and rates."""
+    from agents.d4pg.builder import D4PGBuilder  # pylint: disable=g-import-not-at-top
+    from agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top
+    from rlplat.distributed.layout import RayLayoutConfig, run_on_ray  # pylint: disable=g-import-not-at-top
+
+    logdir = tempfile.mkdtemp(prefix=f"d4pg_learning_s{seed}_")
     knobs = RayLayoutConfig(eval_every_actor_steps=args.eval_every, eval_episodes=args.eval_episodes,
                             target_eval_return=args.target, checkpoint_every_s=3600.0)
-    config = D4PGConfig()
+    config = D4PGConfig(**overrides)
+    print(f"[{BENCH}/{args.variant}] seed {seed}: logdir {logdir}", flush=True)
     start = time.time()
     summary = run_on_ray(D4PGBuilder(config=config), args.env, num_actors=args.num_actors,
-                         max_actor_steps=args.max_actor_steps, logdir=logdir, seed=args.seed, layout=knobs)
+                         max_actor_steps=args.max_actor_steps, logdir=logdir, seed=seed,
+                         console=False, layout=knobs)
     wall_s = time.time() - start
-
     curve = []
     with open(os.path.join(logdir, "metrics.jsonl")) as f:
         for line in f:
             record = json.loads(line)
             if record.get("role") == "evaluator":
                 curve.append({"seconds": record["wall_time"] - start, "actor_steps": record["step"],
-                              "learner_steps": record.get("learner_steps"), "eval_return": record["eval_return"]})
-    reached = next((point for point in curve if point["eval_return"] >= args.target), None)
-    report = {
-        "benchmark": "d4pg_learning",
-        "env": args.env,
-        "num_actors": args.num_actors,
-        "target_eval_return": args.target,
-        "reached": reached is not None,
-        "seconds_to_target": reached["seconds"] if reached else None,
-        "actor_steps_to_target": reached["actor_steps"] if reached else None,
-        "learner_steps_to_target": reached["learner_steps"] if reached else None,
-        "total_wall_seconds": wall_s,
-        "summary": {k: v for k, v in summary.items() if isinstance(v, (int, float, str, type(None)))},
-        "config": config.to_dict(),
-        "eval_curve": curve,
-        "cpus": os.cpu_count(),
-        "logdir": logdir,
-    }
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "d4pg_learning.json"), "w") as f:
-        json.dump(report, f, indent=2)
-    _plot(report, os.path.join(args.out, "d4pg_learning.png"))
-    if reached:
-        print(f"eval return {reached['eval_return']:.1f} >= {args.target:g} after {reached['seconds']:.0f} s, "
-              f"{reached['actor_steps']:,} env steps, {reached['learner_steps']:,} learner steps")
-    else:
-        print(f"target {args.target:g} not reached in {wall_s:.0f} s; best {max((p['eval_return'] for p in curve), default=None)}")
+                              "learner_steps": record.get("learner_steps"),
+                              "eval_return": record["eval_return"]})
+    hit = seeds_lib.first_reaching(curve, args.target)
+    print(f"[{BENCH}/{args.variant}] seed {seed}: "
+          + (f"{hit['eval_return']:.1f} at {hit['actor_steps']:,} env steps, {hit['seconds']:.0f} s"
+             if hit else f"not reached; best {max((p['eval_return'] for p in curve), default=None)}"),
+          flush=True)
+    return {"eval_curve": curve, "total_wall_seconds": wall_s, "config": config.to_dict(),
+            "env_steps_per_s": summary["actor_steps"] / wall_s,
+            "summary": {k: v for k, v in summary.items() if isinstance(v, (int, float, str, type(None)))},
+            "logdir": logdir}
+
+
+def write_report(out_dir):
+    """Rebuilds d4pg_learning.json/.png from every recorded seed of every variant."""
+    variants = {}
+    for path in sorted(glob.glob(seeds_lib.run_path(out_dir, BENCH, "*", 0).replace("seed0", "seed*"))):
+        with open(path) as f:
+            record = json.load(f)
+        variants.setdefault(record["variant"], []).append(record)
+    report = {"benchmark": BENCH, "variants": {}, "machine": seeds_lib.machine()}
+    for name, records in sorted(variants.items()):
+        settings = records[0]["settings"]
+        records = [r for r in records if r["settings"] == settings]
+        summary = seeds_lib.summarise(records, settings["target"], settings["max_actor_steps"])
+        summary["env_steps_per_s_median"] = seeds_lib.statistics.median(r["env_steps_per_s"] for r in records)
+        report["variants"][name] = {"settings": settings, "summary": summary,
+                                    "machines": sorted({r["machine"]["cpu_model"] for r in records}),
+                                    "seeds": [{"seed": r["seed"], "eval_curve": r["eval_curve"],
+                                               "total_wall_seconds": r["total_wall_seconds"],
+                                               "env_steps_per_s": r["env_steps_per_s"]} for r in records]}
+        print(seeds_lib.summary_line(f"  {name}", summary))
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, f"{BENCH}.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    if variants:
+        groups = {name: v["seeds"] for name, v in report["variants"].items()}
+        first = next(iter(report["variants"].values()))["settings"]
+        seeds_lib.plot_band(groups, first["target"], f"D4PG {first['env']}, {first['num_actors']} actors",
+                            os.path.join(out_dir, f"{BENCH}.png"))
     return report
-
-
-def _plot(report, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    curve = report["eval_curve"]
-    fig, (ax_t, ax_s) = plt.subplots(1, 2, figsize=(10, 4))
-    for ax, key, label in ((ax_t, "seconds", "wall time (s)"), (ax_s, "actor_steps", "env steps")):
-        ax.plot([p[key] for p in curve], [p["eval_return"] for p in curve], marker="o", ms=3)
-        ax.axhline(report["target_eval_return"], color="gray", ls="--", lw=1)
-        ax.set_xlabel(label)
-        ax.set_ylabel("greedy eval return")
-    if report["reached"]:
-        ax_t.axvline(report["seconds_to_target"], color="green", lw=1)
-        ax_s.axvline(report["actor_steps_to_target"], color="green", lw=1)
-    title = (f"D4PG {report['env']}, {report['num_actors']} actors, {report['cpus']} CPUs: "
-             + (f"{report['target_eval_return']:g} reached in {report['seconds_to_target']:.0f} s"
-                if report["reached"] else "target not reached"))
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,6 @@ class D4PGBuilder(core.AgentBuilder):
       steps_per_call: learner steps per ``learner.step()`` (one tf.function call).
       jit_compile: XLA for the learner's loss/gradient maths. Off by default:
         on this CPU XLA's matmuls are slower than oneDNN's (measured; see README).
-      variable_update_period: actor steps between weight pulls (Acme: 1000).
       replay_table: name of the Reverb table.
       rate_limiter_timeout_ms: how long one learner sample may wait for
         inserts before the run fails with ReplayTimeoutError.
@@ -55,7 +54,6 @@ class D4PGBuilder(core.AgentBuilder):
     sigma_min: float = 0.05
     steps_per_call: int = 8
     jit_compile: bool = False
-    variable_update_period: int = 1000
     replay_table: str = "priority_table"
     rate_limiter_timeout_ms: int = 300_000
     pack_transitions: bool = True
@@ -69,7 +67,7 @@ class D4PGBuilder(core.AgentBuilder):
         if self.sigma_schedule == "log" and not 0.0 < self.sigma_min <= self.config.sigma:
             raise ValueError(f"sigma_min must be in (0, sigma={self.config.sigma}] for the log "
                              f"schedule (got {self.sigma_min}); lower --sigma-min or raise --sigma")
-        for name in ("steps_per_call", "variable_update_period", "rate_limiter_timeout_ms"):
+        for name in ("steps_per_call", "rate_limiter_timeout_ms"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
 
@@ -164,4 +162,4 @@ class D4PGBuilder(core.AgentBuilder):
         return acting.D4PGActor(template, variable_source, None if evaluation else adder,
                                 sigma=self.actor_sigma(actor_index), seed=seed,
                                 evaluation=evaluation,
-                                variable_update_period=self.variable_update_period)
+                                variable_update_period=self.config.variable_update_period)

@@ -18,6 +18,8 @@ from typing import Any, Dict, Tuple
 
 from rlplat import config_fields as fields
 
+TORSO_INITS = ("fan_out", "fan_in")
+
 
 @dataclasses.dataclass(frozen=True)
 class D4PGConfig:
@@ -43,6 +45,14 @@ class D4PGConfig:
         MLP torsos (see ``agents.d4pg.networks``).
       clipping: clip gradients by global norm ``max_gradient_norm``.
       max_gradient_norm: global-norm threshold used when ``clipping``.
+      dqda_clip_norm: clip each example's action-gradient dQ/da to this
+        Euclidean norm before the policy update (the reference D4PG clips to
+        1 when clipping is on); 0 leaves dQ/da unclipped.
+      torso_init: ``"fan_out"`` (uniform variance scaling 1/3 over fan-out,
+        as the reference layer-norm MLP) or ``"fan_in"``; see
+        ``agents.d4pg.networks``.
+      variable_update_period: actor steps between weight pulls (Acme: 1000;
+        lower keeps the acting policy closer to the learner's).
     """
 
     n_step: int = 5
@@ -62,13 +72,17 @@ class D4PGConfig:
     critic_layer_sizes: Tuple[int, ...] = (512, 512, 256)
     clipping: bool = True
     max_gradient_norm: float = 40.0
+    dqda_clip_norm: float = 1.0
+    torso_init: str = "fan_out"
+    variable_update_period: int = 1000
 
     # Fields checked by type only; ranges are checked in __post_init__.
     _INT_FIELDS = ("n_step", "global_batch_size", "min_replay_size",
-                   "max_replay_size", "target_update_period", "num_atoms")
+                   "max_replay_size", "target_update_period", "num_atoms",
+                   "variable_update_period")
     _FLOAT_FIELDS = ("discount", "sigma", "samples_per_insert",
                      "policy_learning_rate", "critic_learning_rate",
-                     "v_min", "v_max", "max_gradient_norm")
+                     "v_min", "v_max", "max_gradient_norm", "dqda_clip_norm")
     _LAYER_FIELDS = ("policy_layer_sizes", "critic_layer_sizes")
 
     def __post_init__(self) -> None:
@@ -110,6 +124,12 @@ class D4PGConfig:
         need(self.v_min < self.v_max, "v_min",
              f"< v_max ({self.v_max!r})",
              "below --v-max, or raise --v-max")
+        need(self.dqda_clip_norm >= 0.0, "dqda_clip_norm", ">= 0",
+             "to 0 (off) or more (e.g. 1)")
+        need(self.torso_init in TORSO_INITS, "torso_init", f"one of {TORSO_INITS}",
+             "fan_out or fan_in")
+        need(self.variable_update_period >= 1, "variable_update_period", ">= 1",
+             "1 or more (e.g. 1000)")
         need(self.max_gradient_norm > 0.0, "max_gradient_norm", "> 0",
              "above 0 (e.g. 40), or set --clipping false")
 

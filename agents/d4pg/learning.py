@@ -103,12 +103,13 @@ class D4PGLearner(core.Learner):
         obs_size = int(np.prod(environment_spec.observations.shape))
         action_size = int(np.prod(environment_spec.actions.shape))
         with replicator.scope():
-            nets = [networks.make_policy_network(action_size, config.policy_layer_sizes),
-                    networks.make_critic_network(config.num_atoms, config.critic_layer_sizes,
-                                                 config.v_min, config.v_max)]
-            nets += [networks.make_policy_network(action_size, config.policy_layer_sizes),
-                     networks.make_critic_network(config.num_atoms, config.critic_layer_sizes,
-                                                  config.v_min, config.v_max)]
+            nets = []
+            for _ in ("online", "target"):
+                nets += [networks.make_policy_network(action_size, config.policy_layer_sizes,
+                                                      config.torso_init),
+                         networks.make_critic_network(config.num_atoms, config.critic_layer_sizes,
+                                                      config.v_min, config.v_max,
+                                                      config.torso_init)]
             self.policy, self.critic, self.target_policy, self.target_critic = nets
             # Build every variable now, not lazily inside the first traced step.
             obs, act = tf.zeros((1, obs_size)), tf.zeros((1, action_size))
@@ -143,6 +144,7 @@ class D4PGLearner(core.Learner):
         target_logits_t = self.target_critic((o_t, self.target_policy(o_t)))
         policy_vars = self.policy.trainable_variables
         critic_vars = self.critic.trainable_variables
+        clip_norm = self._config.dqda_clip_norm or None
         with tf.GradientTape(persistent=True) as tape:
             logits_tm1 = self.critic((o_tm1, a_tm1))
             # d_t already holds gamma^n * prod(env discounts): no extra gamma.
@@ -150,15 +152,20 @@ class D4PGLearner(core.Learner):
                 logits_tm1, r_t, d_t, target_logits_t, self._atoms))
             # DPG on the bootstrap observations, as Acme's D4PG does; the
             # gradient is taken w.r.t. the policy variables only below.
-            dpg_logits = self.critic((o_t, self.policy(o_t)))
-            policy_loss = tf.reduce_mean(losses.dpg_policy_loss(dpg_logits, self._atoms))
+            dpg_actions = self.policy(o_t)
+            dpg_q = losses.expected_q(self.critic((o_t, dpg_actions)), self._atoms)
+            with tape.stop_recording():
+                # Each example's Q depends on its own action only, so the
+                # gradient of the batch's Q values is the per-example dQ/da.
+                dqda = tape.gradient(dpg_q, dpg_actions)
+            policy_loss = tf.reduce_mean(losses.dpg_dqda_loss(dqda, dpg_actions, clip_norm))
         critic_grads = tape.gradient(critic_loss, critic_vars)
         policy_grads = tape.gradient(policy_loss, policy_vars)
-        return critic_loss, policy_loss, critic_grads, policy_grads
+        return critic_loss, policy_loss, tf.reduce_mean(dpg_q), critic_grads, policy_grads
 
     def _step_fn(self, batch) -> Dict[str, tf.Tensor]:
         """One learner step on this replica's batch (see module docstring)."""
-        critic_loss, policy_loss, critic_grads, policy_grads = self._grads_fn(tuple(batch))
+        critic_loss, policy_loss, mean_q, critic_grads, policy_grads = self._grads_fn(tuple(batch))
         # One all-reduce call for both gradient lists: one collective launch.
         critic_grads, policy_grads = replication.all_reduce(
             [list(critic_grads), list(policy_grads)], "mean")
@@ -177,7 +184,7 @@ class D4PGLearner(core.Learner):
         updated = self.policy.trainable_variables + self.critic.trainable_variables
         with tf.control_dependencies([v.read_value() for v in updated]):
             self.step_counter.assign_add(1)
-        return {"critic_loss": critic_loss, "policy_loss": policy_loss,
+        return {"critic_loss": critic_loss, "policy_loss": policy_loss, "mean_q": mean_q,
                 "critic_grad_norm": critic_norm}
 
     def _copy_targets(self) -> None:

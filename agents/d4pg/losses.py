@@ -11,8 +11,9 @@ respect to the policy parameters is the deterministic policy gradient
 -dQ/da * dpi/dtheta (Silver et al. 2014), flowing through the critic into the
 action. The learner must apply it to the policy variables only (the critic
 is trained by ``categorical_td_loss``). ``dpg_dqda_loss`` is the equivalent
-"target = stop_gradient(a + dQ/da)" form, for when dQ/da must be clipped;
-without clipping both give the same policy gradient.
+"target = stop_gradient(a + dQ/da)" form, which clips each example's dQ/da
+by norm first (the learner's default); without clipping both give the same
+policy gradient.
 """
 
 from __future__ import annotations
@@ -116,25 +117,30 @@ def dpg_policy_loss(q_logits, atoms) -> tf.Tensor:
     return -expected_q(q_logits, atoms)
 
 
-def dpg_dqda_loss(dqda, actions, dqda_clip: Optional[float] = None) -> tf.Tensor:
+def dpg_dqda_loss(dqda, actions, dqda_clip_norm: Optional[float] = None) -> tf.Tensor:
     """DPG loss from a precomputed action-gradient dQ/da, per example [B].
 
-    loss = 0.5 * ||stop_gradient(a + dqda) - a||^2, whose gradient w.r.t. a
-    is -dqda; chained through a = pi(s) this is the same policy gradient as
-    ``dpg_policy_loss`` but lets dQ/da be clipped elementwise first.
+    loss = 0.5 * ||stop_gradient(a + g) - a||^2 with g = dQ/da, optionally
+    rescaled so that ||g|| <= ``dqda_clip_norm`` for each example (the norm
+    is over the action dimensions). Its gradient w.r.t. a is -g; chained
+    through a = pi(s) it is the deterministic policy gradient. Unclipped it
+    equals the gradient of ``dpg_policy_loss``; clipped, no single example's
+    action-gradient can outweigh the rest of the batch.
 
     Args:
       dqda: dE[Q]/da for the batch, [B, A] (e.g. from a GradientTape on a).
       actions: the policy's actions pi(s), [B, A], connected to the policy.
-      dqda_clip: if set, dqda is clipped to [-dqda_clip, dqda_clip].
+      dqda_clip_norm: if set (> 0), each row of dqda is scaled down to this
+        Euclidean norm when it is longer.
 
     Returns:
       Per-example loss, [B].
     """
     dqda, actions = _f32(dqda), _f32(actions)
-    if dqda_clip is not None:
-        if dqda_clip <= 0:
-            raise ValueError(f"dqda_clip must be > 0 (got {dqda_clip}); pass None to disable")
-        dqda = tf.clip_by_value(dqda, -dqda_clip, dqda_clip)
+    if dqda_clip_norm is not None:
+        if dqda_clip_norm <= 0:
+            raise ValueError(f"dqda_clip_norm must be > 0 (got {dqda_clip_norm}); "
+                             "pass None to disable")
+        dqda = tf.clip_by_norm(dqda, dqda_clip_norm, axes=[-1])
     target = tf.stop_gradient(actions + dqda)
     return 0.5 * tf.reduce_sum(tf.square(target - actions), axis=-1)

@@ -26,14 +26,24 @@ import tensorflow as tf
 _LAYER_NORM_EPSILON = 1e-5
 
 
-def _torso_init() -> tf.keras.initializers.Initializer:
-    # Uniform fan-in variance scaling with scale 1/3 (the LayerNormMLP init in
-    # Acme): keeps pre-activations O(1) for the elu stack.
-    return tf.keras.initializers.VarianceScaling(
-        scale=1.0 / 3.0, mode="fan_in", distribution="uniform")
+def torso_initializer(mode: str = "fan_out") -> tf.keras.initializers.Initializer:
+    """Uniform variance scaling with scale 1/3 over ``mode`` ("fan_out" or "fan_in").
+
+    The reference layer-norm MLP scales by fan-out: a weight's variance is
+    1 / (3 * fan_out). For the first layer (fan-in = observation size, a few
+    units; fan-out = 256-512) fan-in scaling makes the weights 7-9x larger.
+    LayerNorm right after hides the scale from the forward pass, but Adam's
+    steps have a fixed size in weight units, so larger weights learn
+    relatively slower.
+    """
+    if mode not in ("fan_out", "fan_in"):
+        raise ValueError(f"torso init mode must be 'fan_out' or 'fan_in' (got {mode!r})")
+    return tf.keras.initializers.VarianceScaling(scale=1.0 / 3.0, mode=mode,
+                                                 distribution="uniform")
 
 
-def _layer_norm_mlp(layer_sizes: Sequence[int], name: str) -> List[tf.keras.layers.Layer]:
+def _layer_norm_mlp(layer_sizes: Sequence[int], name: str,
+                    init_mode: str = "fan_out") -> List[tf.keras.layers.Layer]:
     """Layers of a layer-norm MLP: Dense+LayerNorm+tanh, then Dense+elu.
 
     The tanh after the first LayerNorm bounds the torso's input features
@@ -44,7 +54,7 @@ def _layer_norm_mlp(layer_sizes: Sequence[int], name: str) -> List[tf.keras.laye
     if not sizes or min(sizes) < 1:
         raise ValueError(f"layer_sizes must be non-empty positive ints (got {layer_sizes!r})")
     layers: List[tf.keras.layers.Layer] = [
-        tf.keras.layers.Dense(sizes[0], kernel_initializer=_torso_init(),
+        tf.keras.layers.Dense(sizes[0], kernel_initializer=torso_initializer(init_mode),
                               name=f"{name}_dense_0"),
         tf.keras.layers.LayerNormalization(axis=-1, epsilon=_LAYER_NORM_EPSILON,
                                            name=f"{name}_layer_norm"),
@@ -52,17 +62,19 @@ def _layer_norm_mlp(layer_sizes: Sequence[int], name: str) -> List[tf.keras.laye
     ]
     for i, size in enumerate(sizes[1:], start=1):
         layers.append(tf.keras.layers.Dense(size, activation="elu",
-                                            kernel_initializer=_torso_init(),
+                                            kernel_initializer=torso_initializer(init_mode),
                                             name=f"{name}_dense_{i}"))
     return layers
 
 
-def make_policy_network(action_size: int, layer_sizes: Sequence[int]) -> tf.keras.Sequential:
+def make_policy_network(action_size: int, layer_sizes: Sequence[int],
+                        init_mode: str = "fan_out") -> tf.keras.Sequential:
     """Deterministic policy pi(obs) -> action in [-1, 1].
 
     Args:
       action_size: A, the flat action dimension.
       layer_sizes: hidden sizes of the layer-norm MLP torso.
+      init_mode: the torso's ``torso_initializer`` mode.
 
     Returns:
       A ``tf.keras.Sequential`` mapping obs [B, O] float32 -> actions [B, A].
@@ -70,7 +82,7 @@ def make_policy_network(action_size: int, layer_sizes: Sequence[int]) -> tf.kera
     """
     if action_size < 1:
         raise ValueError(f"action_size must be >= 1 (got {action_size})")
-    layers = _layer_norm_mlp(layer_sizes, "policy")
+    layers = _layer_norm_mlp(layer_sizes, "policy", init_mode)
     # Near-zero output init (scale 1e-4): the initial policy outputs ~0 so
     # early exploration is driven by the actors' Gaussian noise, not by
     # saturated tanh outputs from a random init.
@@ -120,9 +132,10 @@ class CriticNetwork(tf.keras.Model):
     """
 
     def __init__(self, num_atoms: int, layer_sizes: Sequence[int],
-                 v_min: float, v_max: float, name: str = "d4pg_critic"):
+                 v_min: float, v_max: float, name: str = "d4pg_critic",
+                 init_mode: str = "fan_out"):
         super().__init__(name=name)
-        self._torso = tf.keras.Sequential(_layer_norm_mlp(layer_sizes, "critic"),
+        self._torso = tf.keras.Sequential(_layer_norm_mlp(layer_sizes, "critic", init_mode),
                                           name="critic_torso")
         self.head = DiscreteValuedHead(v_min, v_max, num_atoms, name="critic_head")
 
@@ -143,9 +156,10 @@ class CriticNetwork(tf.keras.Model):
 
 
 def make_critic_network(num_atoms: int, layer_sizes: Sequence[int],
-                        v_min: float = -150.0, v_max: float = 150.0) -> CriticNetwork:
+                        v_min: float = -150.0, v_max: float = 150.0,
+                        init_mode: str = "fan_out") -> CriticNetwork:
     """Distributional critic taking ``(obs, action)``; see ``CriticNetwork``."""
-    return CriticNetwork(num_atoms, layer_sizes, v_min, v_max)
+    return CriticNetwork(num_atoms, layer_sizes, v_min, v_max, init_mode=init_mode)
 
 
 # --- NumPy policy -----------------------------------------------------------

@@ -165,7 +165,7 @@ class Driver(WorkerStartup, ControlLoop):
         if final_eval:
             result = self._get(self.evaluator.evaluate.remote(self.cfg.eval_episodes),
                                self.cfg.call_timeout_s * 5, "final evaluation")
-            self._log_eval(result)
+            self._log_eval(result, self.actor_steps)
 
     def _teardown(self) -> None:
         self._tearing_down = True

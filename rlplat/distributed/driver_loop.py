@@ -76,7 +76,9 @@ class ControlLoop:
                 if cfg.eval_every_s:
                     next_eval_time = now + cfg.eval_every_s
                 self.eval_ref = self.evaluator.evaluate.remote(cfg.eval_episodes)
-                self.pending[self.eval_ref] = ("eval",)
+                # The evaluator pulls its weights as it starts, so the result
+                # belongs to the step counts of now, not of when it returns.
+                self.pending[self.eval_ref] = ("eval", self.actor_steps)
             if now >= next_checkpoint and self.ckpt_ref is None and not self.stopping:
                 next_checkpoint = now + cfg.checkpoint_every_s
                 self.ckpt_ref = self.learner.save_checkpoint.remote(cfg.call_timeout_s)
@@ -198,19 +200,26 @@ class ControlLoop:
         else:
             self._submit_train()
 
-    def _on_eval(self, ref) -> None:
+    def _on_eval(self, ref, actor_steps: int) -> None:
         self.eval_ref = None
         try:
             result = self._get(ref, self.cfg.call_timeout_s, "evaluator")
         except RunFailedError as e:
             self.console.message(f"evaluation failed ({errors.one_line(e.__cause__ or e)}); will retry")
             return
-        self._log_eval(result)
+        self._log_eval(result, actor_steps)
 
-    def _log_eval(self, result: Dict[str, Any]) -> None:
+    def _log_eval(self, result: Dict[str, Any], actor_steps: int) -> None:
+        """Logs an evaluation at the actor steps when it took its weights.
+
+        ``learner_steps`` is the version of the weights it ran (the learner's
+        step count when the evaluator pulled them), not the count when it ended.
+        """
         self.eval = result
-        self.loggers["evaluator"].write(self.actor_steps, driver_records.finite({
-            **result, "learner_steps": self.learner_steps}))
+        version = result.get("policy_version")
+        learner_steps = int(version) if version is not None and version >= 0 else self.learner_steps
+        self.loggers["evaluator"].write(actor_steps, driver_records.finite({
+            **result, "learner_steps": learner_steps}))
 
     def _on_checkpoint(self, ref) -> None:
         self.ckpt_ref = None

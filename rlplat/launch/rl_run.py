@@ -43,7 +43,12 @@ def add_run_flags(parser: argparse.ArgumentParser, agent: str, default_env: str,
     parser.add_argument("--action-repeat", type=int, default=1, metavar="N",
                         help="environment steps per agent action (default: 1)")
     parser.add_argument("--eval-period", type=float, default=30.0, metavar="SECONDS",
-                        help="seconds between evaluation episodes with the greedy policy (default: 30)")
+                        help="seconds between evaluations with the greedy policy (default: 30)")
+    parser.add_argument("--eval-every-steps", type=int, default=None, metavar="STEPS",
+                        help="evaluate every STEPS actor steps instead of every --eval-period "
+                             "seconds: learning curves then do not depend on machine speed")
+    parser.add_argument("--eval-episodes", type=int, default=5, metavar="N",
+                        help="greedy episodes per evaluation (default: 5)")
     parser.add_argument("--checkpoint-period", type=float, default=300.0, metavar="SECONDS",
                         help="seconds between checkpoints (default: 300)")
     parser.add_argument("--target-eval-return", type=float, default=None, metavar="RETURN",
@@ -57,7 +62,7 @@ def check_run_args(args: argparse.Namespace, agent: str) -> str:
     Raises:
       common.UsageError: one line naming the flag to fix.
     """
-    for flag in ("num_actors", "num_learner_workers", "action_repeat"):
+    for flag in ("num_actors", "num_learner_workers", "action_repeat", "eval_episodes"):
         if getattr(args, flag) < 1:
             raise common.UsageError(f"--{flag.replace('_', '-')} must be >= 1 "
                                     f"(got {getattr(args, flag)})")
@@ -68,6 +73,9 @@ def check_run_args(args: argparse.Namespace, agent: str) -> str:
                                 "leave it out to run until interrupted")
     if args.eval_period <= 0 or args.checkpoint_period <= 0:
         raise common.UsageError("--eval-period and --checkpoint-period must be > 0 seconds")
+    if args.eval_every_steps is not None and args.eval_every_steps < 1:
+        raise common.UsageError(f"--eval-every-steps must be >= 1 (got {args.eval_every_steps}); "
+                                "leave it out to evaluate every --eval-period seconds")
     if args.address not in (None, "auto") and not _looks_like_host_port(args.address):
         raise common.UsageError(f"--address must be 'auto' or HOST:PORT (got {args.address!r}); "
                                 "e.g. --address 127.0.0.1:6379")
@@ -104,7 +112,10 @@ def run_agent(args: argparse.Namespace, logdir: str, make_builder: Callable[[], 
 
     env_kwargs = {"action_repeat": args.action_repeat} if args.action_repeat != 1 else {}
     try:
-        knobs = RayLayoutConfig(eval_every_actor_steps=0, eval_every_s=args.eval_period,
+        by_steps = args.eval_every_steps is not None
+        knobs = RayLayoutConfig(eval_every_actor_steps=args.eval_every_steps if by_steps else 0,
+                                eval_every_s=None if by_steps else args.eval_period,
+                                eval_episodes=args.eval_episodes,
                                 checkpoint_every_s=args.checkpoint_period,
                                 target_eval_return=args.target_eval_return,
                                 num_learner_workers=args.num_learner_workers,

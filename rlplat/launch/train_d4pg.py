@@ -29,6 +29,11 @@ CONFIG_FLAGS = {
     "target_update_period": "learner steps between target-network copies",
     "policy_layer_sizes": "policy MLP widths, comma-separated",
     "critic_layer_sizes": "critic MLP widths, comma-separated",
+    "clipping": "clip policy and critic gradients by global norm --max-gradient-norm",
+    "max_gradient_norm": "global-norm threshold of the gradient clipping",
+    "dqda_clip_norm": "clip each example's dQ/da to this norm in the policy update (0: off)",
+    "torso_init": "torso weight init: fan_out (reference) or fan_in",
+    "variable_update_period": "actor steps between weight pulls",
 }
 
 

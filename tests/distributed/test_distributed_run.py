@@ -32,8 +32,8 @@ SEED = 11
 FIRST_STEPS = 3000
 SMALL = D4PGConfig(policy_layer_sizes=(32, 32), critic_layer_sizes=(32, 32), num_atoms=11,
                    global_batch_size=32, min_replay_size=200, samples_per_insert=8.0,
-                   max_replay_size=100_000)
-BUILDER = D4PGBuilder(config=SMALL, variable_update_period=100, steps_per_call=4)
+                   max_replay_size=100_000, variable_update_period=100)
+BUILDER = D4PGBuilder(config=SMALL, steps_per_call=4)
 LAYOUT = layout.RayLayoutConfig(actor_chunk_steps=500, learner_chunk_steps=16, console_every_s=1.0,
                                 eval_every_actor_steps=2000, eval_episodes=1, stop_timeout_s=60)
 

@@ -23,9 +23,10 @@ DRIVER = textwrap.dedent("""
     from rlplat.distributed import layout
 
     config = D4PGConfig(policy_layer_sizes=(32, 32), critic_layer_sizes=(32, 32), num_atoms=11,
-                        global_batch_size=32, min_replay_size=200, samples_per_insert=8.0)
+                        global_batch_size=32, min_replay_size=200, samples_per_insert=8.0,
+                        variable_update_period=100)
     try:
-        layout.run_on_ray(D4PGBuilder(config=config, variable_update_period=100), "cartpole:swingup",
+        layout.run_on_ray(D4PGBuilder(config=config), "cartpole:swingup",
                           num_actors=2, max_actor_steps=10_000_000, logdir=sys.argv[1], seed=0,
                           layout=layout.RayLayoutConfig(actor_chunk_steps=500, learner_chunk_steps=16,
                                                         console_every_s=1.0))

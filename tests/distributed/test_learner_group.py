@@ -238,8 +238,8 @@ def _real_builder(samples_per_insert: float):
 
     config = D4PGConfig(policy_layer_sizes=(32, 32), critic_layer_sizes=(32, 32), num_atoms=11,
                         global_batch_size=32, min_replay_size=200, samples_per_insert=samples_per_insert,
-                        max_replay_size=10_000)
-    return RealBuilder(config=config, variable_update_period=100, steps_per_call=4)
+                        max_replay_size=10_000, variable_update_period=100)
+    return RealBuilder(config=config, steps_per_call=4)
 
 
 def _group_layout():

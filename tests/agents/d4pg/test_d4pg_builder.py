@@ -54,8 +54,8 @@ def test_replay_table_is_validated_and_typed_from_the_spec():
 
 
 def test_factories_work_together_over_real_reverb():
-    builder = D4PGBuilder(small_config(n_step=3, min_replay_size=8), steps_per_call=2,
-                          variable_update_period=5)
+    builder = D4PGBuilder(small_config(n_step=3, min_replay_size=8, variable_update_period=5),
+                          steps_per_call=2)
     # One thread inserts and samples here, so inserts must never block (the
     # ratio limiter would deadlock it, as in run_local): MinSize, same warm-up.
     (table,) = builder.make_replay_tables(SPEC, 1)

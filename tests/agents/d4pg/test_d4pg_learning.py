@@ -180,3 +180,29 @@ def test_empty_replay_past_the_rate_limiter_timeout_raises():
             learner.step()
     finally:
         server.stop()
+
+
+def _direct_policy_grads(learner, batch):
+    """d(-mean E[Q(s_t, pi(s_t))])/d(policy vars), the unclipped DPG, by hand."""
+    o_t = tf.constant(batch.next_observation)
+    with tf.GradientTape() as tape:
+        q = learner.critic.mean(learner.critic((o_t, learner.policy(o_t))))
+        loss = -tf.reduce_mean(q)
+    return [g.numpy() for g in tape.gradient(loss, learner.policy.trainable_variables)]
+
+
+def test_policy_gradient_is_dpg_unclipped_and_smaller_when_dqda_is_clipped():
+    batch = random_batch(8, seed=5)
+    unclipped = _learner(small_config(dqda_clip_norm=0.0), [batch])
+    clipped = _learner(small_config(dqda_clip_norm=1e-4), [batch])
+    _copy_weights(unclipped, clipped)
+    want = _direct_policy_grads(unclipped, batch)
+    fields = tuple(tf.constant(x) for x in batch)
+    *_, got = unclipped._losses_and_grads(fields)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a.numpy(), b, rtol=1e-4, atol=1e-7)
+    *_, small = clipped._losses_and_grads(fields)
+    # Each example's dQ/da is scaled down to norm 1e-4, so the whole gradient shrinks.
+    norm_small = np.sqrt(sum(np.sum(g.numpy() ** 2) for g in small))
+    norm_want = np.sqrt(sum(np.sum(g ** 2) for g in want))
+    assert 0 < norm_small < 0.5 * norm_want, (norm_small, norm_want)

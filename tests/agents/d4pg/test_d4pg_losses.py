@@ -124,12 +124,41 @@ def test_dqda_form_gives_same_policy_gradient_and_clips():
     for a, b in zip(direct, via_dqda):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-8)
 
-    a = tf.zeros((1, 3))
-    big = tf.constant([[5.0, -0.5, -9.0]])
+    # Clipping is by each example's norm, not per element: the direction stays.
+    a = tf.zeros((1, 2))
+    big = tf.constant([[3.0, -4.0]])  # norm 5 -> scaled by 1/5
     with tf.GradientTape() as tape:
         tape.watch(a)
-        clipped = losses.dpg_dqda_loss(big, a, dqda_clip=1.0)
-    np.testing.assert_allclose(tape.gradient(clipped, a).numpy(), [[-1.0, 0.5, 1.0]])
-    np.testing.assert_allclose(clipped.numpy(), [0.5 * (1 + 0.25 + 1)])
-    with pytest.raises(ValueError, match="dqda_clip"):
-        losses.dpg_dqda_loss(big, a, dqda_clip=0.0)
+        clipped = losses.dpg_dqda_loss(big, a, dqda_clip_norm=1.0)
+    np.testing.assert_allclose(tape.gradient(clipped, a).numpy(), [[-0.6, 0.8]], rtol=1e-6)
+    np.testing.assert_allclose(clipped.numpy(), [0.5], rtol=1e-6)
+    with pytest.raises(ValueError, match="dqda_clip_norm"):
+        losses.dpg_dqda_loss(big, a, dqda_clip_norm=0.0)
+
+
+def _numpy_dqda_loss_and_grad(dqda, actions, clip_norm):
+    """NumPy reference: per-example norm clipping, loss and d(sum loss)/da."""
+    g = np.array(dqda, np.float64)
+    if clip_norm is not None:
+        norms = np.linalg.norm(g, axis=-1, keepdims=True)
+        g = g * np.minimum(1.0, clip_norm / np.maximum(norms, 1e-300))
+    return 0.5 * np.sum(g ** 2, axis=-1), -g
+
+
+@pytest.mark.parametrize("action_dims", [1, 6])
+@pytest.mark.parametrize("clip_norm", [None, 1.0, 0.3])
+def test_dqda_loss_matches_numpy_reference(action_dims, clip_norm):
+    rng = np.random.default_rng(action_dims)
+    # Rows with norms well below and well above the clip, and one all-zero row.
+    dqda = rng.normal(size=(16, action_dims)) * rng.choice([0.01, 0.5, 5.0], size=(16, 1))
+    dqda[3] = 0.0
+    actions = tf.constant(rng.uniform(-1, 1, size=(16, action_dims)), tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(actions)
+        loss = losses.dpg_dqda_loss(tf.constant(dqda, tf.float32), actions, clip_norm)
+    want_loss, want_grad = _numpy_dqda_loss_and_grad(dqda, actions.numpy(), clip_norm)
+    np.testing.assert_allclose(loss.numpy(), want_loss, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(tape.gradient(loss, actions).numpy(), want_grad, rtol=1e-5, atol=1e-7)
+    if clip_norm is not None:  # Some rows really were clipped, so the case is not vacuous.
+        assert np.any(np.linalg.norm(dqda, axis=-1) > clip_norm)
+        assert np.all(np.linalg.norm(want_grad, axis=-1) <= clip_norm * (1 + 1e-6))

@@ -106,3 +106,42 @@ def test_policy_to_numpy_rejects_unbuilt_and_unknown_layers():
     odd(tf.zeros((1, OBS)))
     with pytest.raises(ValueError, match="unsupported layer"):
         policy_to_numpy(odd)
+
+
+def _torso_kernels(model):
+    """The layer-norm MLP's kernels in order (not the output layer or head)."""
+    return [w.numpy() for w in model.trainable_variables
+            if "_dense_" in w.name and "kernel" in w.name]
+
+
+@pytest.mark.parametrize("mode", ["fan_out", "fan_in"])
+def test_torso_weights_follow_the_variance_scaling_formula(mode):
+    # Uniform variance scaling 1/3: U(-l, l) with l = sqrt(3 * (1/3) / fan), so
+    # Var = 1 / (3 * fan). The reference layer-norm MLP uses fan = fan_out.
+    obs = 24
+    tf.keras.utils.set_random_seed(3)
+    policy = make_policy_network(ACT, (256, 256), init_mode=mode)
+    policy(tf.zeros((1, obs)))
+    critic = make_critic_network(11, (512, 256), init_mode=mode)
+    critic((tf.zeros((1, obs)), tf.zeros((1, ACT))))
+    for model in (policy, critic):
+        kernels = _torso_kernels(model)
+        assert len(kernels) == 2
+        first = kernels[0]
+        fan_in, fan_out = first.shape
+        fan = fan_out if mode == "fan_out" else fan_in
+        want = 1.0 / (3.0 * fan)
+        # >= 6000 samples: the sample variance is within ~3% of the truth.
+        assert first.var() == pytest.approx(want, rel=0.1), (model.name, first.shape)
+        limit = np.sqrt(1.0 / fan)
+        assert np.abs(first).max() <= limit + 1e-7
+        other = 1.0 / (3.0 * (fan_in if mode == "fan_out" else fan_out))
+        assert abs(first.var() - other) > 0.5 * want  # The two modes really differ here.
+        for kernel in kernels[1:]:
+            fan = kernel.shape[1] if mode == "fan_out" else kernel.shape[0]
+            assert kernel.var() == pytest.approx(1.0 / (3.0 * fan), rel=0.1)
+
+
+def test_torso_init_mode_is_validated():
+    with pytest.raises(ValueError, match="fan_out"):
+        make_policy_network(ACT, (8,), init_mode="glorot")

@@ -1,0 +1,163 @@
+"""Learning benches over several seeds: per-seed records, a summary, and a band plot.
+
+A learning bench runs one training run per seed (one after another: on a small
+machine concurrent runs only share the same cores) and keeps each run's eval
+curve in its own JSON file under ``results/runs/``, written as soon as that run
+ends. A later call with the same variant and settings reuses those files, so a
+long sweep interrupted by the end of a session continues where it stopped
+instead of starting again.
+
+``summarise`` reduces the runs to the figures a learning claim needs: the
+median and worst env steps (and wall time) to the target over seeds, with
+runs that never reached it counted as worst. ``plot_band`` draws the mean and
+the min-max band over seeds against env steps and against wall time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+
+def machine() -> Dict[str, Any]:
+    """The CPU model, its core count and whether it has AVX-512 (figures depend on it)."""
+    model, flags = platform.processor() or "unknown", ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name") and model in ("unknown", "", "x86_64"):
+                    model = line.split(":", 1)[1].strip()
+                elif line.startswith("flags") and not flags:
+                    flags = line
+    except OSError:
+        pass
+    return {"cpu_model": model, "cpus": os.cpu_count(), "avx512": "avx512f" in flags.split()}
+
+
+def run_path(out_dir: str, bench: str, variant: str, seed: int) -> str:
+    """Where one seed's record of ``bench`` / ``variant`` lives."""
+    return os.path.join(out_dir, "runs", f"{bench}-{variant}-seed{seed}.json")
+
+
+def run_seeds(out_dir: str, bench: str, variant: str, seeds: Sequence[int], settings: Dict[str, Any],
+              run_one: Callable[[int], Dict[str, Any]], reuse: bool = True) -> List[Dict[str, Any]]:
+    """Runs ``run_one(seed)`` for each seed; returns their records in seed order.
+
+    A record must hold ``eval_curve`` (a list of dicts with ``actor_steps``,
+    ``seconds`` and ``eval_return``). With ``reuse``, a seed whose record
+    exists with the same ``settings`` is not run again.
+    """
+    records = []
+    for seed in seeds:
+        path = run_path(out_dir, bench, variant, seed)
+        if reuse and os.path.exists(path):
+            with open(path) as f:
+                saved = json.load(f)
+            if saved.get("settings") == settings:
+                print(f"[{bench}/{variant}] seed {seed}: reusing {os.path.relpath(path)}", flush=True)
+                records.append(saved)
+                continue
+        record = dict(run_one(seed), seed=seed, variant=variant, settings=settings, machine=machine())
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(record, f, indent=1)
+        records.append(record)
+    return records
+
+
+def first_reaching(curve: Sequence[Dict[str, Any]], target: float) -> Optional[Dict[str, Any]]:
+    """The first eval point whose return is >= ``target``, or None."""
+    return next((p for p in curve if p["eval_return"] >= target), None)
+
+
+def summarise(records: Sequence[Dict[str, Any]], target: float, budget_steps: int) -> Dict[str, Any]:
+    """Median and worst steps / seconds to ``target`` over seeds, and the final returns.
+
+    A seed that never reached the target counts as ``budget_steps`` (and its
+    total seconds) for the median, and makes the worst case "not reached".
+    ``final_return`` is the mean of each run's last 3 evals.
+    """
+    steps, seconds, finals, per_seed = [], [], [], []
+    for r in records:
+        hit = first_reaching(r["eval_curve"], target)
+        last = [p["eval_return"] for p in r["eval_curve"][-3:]]
+        finals.append(float(np.mean(last)) if last else float("nan"))
+        steps.append(hit["actor_steps"] if hit else budget_steps)
+        seconds.append(hit["seconds"] if hit else r.get("total_wall_seconds", float("nan")))
+        per_seed.append({"seed": r["seed"], "reached": hit is not None,
+                         "actor_steps_to_target": hit["actor_steps"] if hit else None,
+                         "seconds_to_target": hit["seconds"] if hit else None,
+                         "final_return": finals[-1]})
+    reached_all = all(s["reached"] for s in per_seed)
+    return {
+        "num_seeds": len(records),
+        "target": target,
+        "reached": sum(s["reached"] for s in per_seed),
+        "median_steps_to_target": statistics.median(steps) if steps else None,
+        "worst_steps_to_target": max(steps) if steps and reached_all else None,
+        "median_seconds_to_target": statistics.median(seconds) if seconds else None,
+        "final_return_mean": float(np.mean(finals)) if finals else None,
+        "final_return_std": float(np.std(finals)) if finals else None,
+        "per_seed": per_seed,
+    }
+
+
+def summary_line(name: str, summary: Dict[str, Any]) -> str:
+    """One line: reached n/N, median and worst env steps to the target."""
+    worst = summary["worst_steps_to_target"]
+    return (f"{name}: {summary['reached']}/{summary['num_seeds']} seeds reached "
+            f"{summary['target']:g}; median {summary['median_steps_to_target']:,.0f} env steps "
+            f"({summary['median_seconds_to_target']:.0f} s), worst "
+            + ("not reached" if worst is None else f"{worst:,.0f} env steps"))
+
+
+def _band(records, key: str, grid: np.ndarray):
+    """Each run's return on ``grid`` (held at its last eval after it stopped)."""
+    rows = []
+    for r in records:
+        xs = np.array([p[key] for p in r["eval_curve"]], float)
+        ys = np.array([p["eval_return"] for p in r["eval_curve"]], float)
+        if len(xs) == 0:
+            continue
+        row = np.interp(grid, xs, ys, left=np.nan, right=ys[-1])
+        rows.append(row)
+    rows = np.array(rows)
+    return np.nanmean(rows, 0), np.nanmin(rows, 0), np.nanmax(rows, 0)
+
+
+def plot_band(groups: Dict[str, Sequence[Dict[str, Any]]], target: Optional[float], title: str,
+              path: str) -> None:
+    """Mean and min-max band over seeds for each group, against env steps and wall time."""
+    import warnings  # pylint: disable=g-import-not-at-top
+
+    import matplotlib  # pylint: disable=g-import-not-at-top
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, key, label in ((axes[0], "actor_steps", "env steps"), (axes[1], "seconds", "wall time (s)")):
+        for name, records in groups.items():
+            end = max((p[key] for r in records for p in r["eval_curve"]), default=0)
+            if not end:
+                continue
+            grid = np.linspace(0, end, 200)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # grid points before any eval
+                mean, low, high = _band(records, key, grid)
+            line, = ax.plot(grid, mean, label=f"{name} ({len(records)} seeds)")
+            ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.2)
+        if target is not None:
+            ax.axhline(target, color="gray", ls="--", lw=1)
+        ax.set_xlabel(label)
+        ax.set_ylabel("greedy eval return")
+    axes[0].legend(fontsize=8)
+    fig.suptitle(title + " (mean, min-max band; a run that stopped at the target holds its last eval)",
+                 fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
