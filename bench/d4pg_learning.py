@@ -57,7 +57,8 @@ def _parse_sets(pairs):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="cartpole:swingup")
-    parser.add_argument("--target", type=float, default=800.0)
+    parser.add_argument("--target", type=lambda t: None if t == "none" else float(t), default=800.0,
+                        help="eval return that ends a run; 'none' runs to --max-actor-steps")
     parser.add_argument("--num-actors", type=int, default=2)
     parser.add_argument("--max-actor-steps", type=int, default=200_000)
     parser.add_argument("--eval-every", type=int, default=5_000, help="actor steps between evaluations")
@@ -108,7 +109,7 @@ def run_one(args, overrides, seed):
                 curve.append({"seconds": record["wall_time"] - start, "actor_steps": record["step"],
                               "learner_steps": record.get("learner_steps"),
                               "eval_return": record["eval_return"]})
-    hit = seeds_lib.first_reaching(curve, args.target)
+    hit = seeds_lib.first_reaching(curve, args.target) if args.target is not None else None
     print(f"[{BENCH}/{args.variant}] seed {seed}: "
           + (f"{hit['eval_return']:.1f} at {hit['actor_steps']:,} env steps, {hit['seconds']:.0f} s"
              if hit else f"not reached; best {max((p['eval_return'] for p in curve), default=None)}"),

@@ -70,12 +70,15 @@ def run_seeds(out_dir: str, bench: str, variant: str, seeds: Sequence[int], sett
     return records
 
 
-def first_reaching(curve: Sequence[Dict[str, Any]], target: float) -> Optional[Dict[str, Any]]:
-    """The first eval point whose return is >= ``target``, or None."""
+def first_reaching(curve: Sequence[Dict[str, Any]], target: Optional[float]) -> Optional[Dict[str, Any]]:
+    """The first eval point whose return is >= ``target``, or None (always None without a target)."""
+    if target is None:
+        return None
     return next((p for p in curve if p["eval_return"] >= target), None)
 
 
-def summarise(records: Sequence[Dict[str, Any]], target: float, budget_steps: int) -> Dict[str, Any]:
+def summarise(records: Sequence[Dict[str, Any]], target: Optional[float],
+              budget_steps: int) -> Dict[str, Any]:
     """Median and worst steps / seconds to ``target`` over seeds, and the final returns.
 
     A seed that never reached the target counts as ``budget_steps`` (and its
@@ -110,6 +113,9 @@ def summarise(records: Sequence[Dict[str, Any]], target: float, budget_steps: in
 def summary_line(name: str, summary: Dict[str, Any]) -> str:
     """One line: reached n/N, median and worst env steps to the target."""
     worst = summary["worst_steps_to_target"]
+    if summary["target"] is None:
+        return (f"{name}: {summary['num_seeds']} seeds, final return {summary['final_return_mean']:.1f} "
+                f"± {summary['final_return_std']:.1f}")
     return (f"{name}: {summary['reached']}/{summary['num_seeds']} seeds reached "
             f"{summary['target']:g}; median {summary['median_steps_to_target']:,.0f} env steps "
             f"({summary['median_seconds_to_target']:.0f} s), worst "
