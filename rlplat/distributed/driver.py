@@ -1,7 +1,7 @@
 """The driver loop behind ``run_on_ray``: starts workers, keeps them busy, logs, stops.
 
 See ``layout.py`` for the start order, stopping, counters, failure handling
-and where logs go; this module and three beside it are the machinery:
+and where logs go; this module and four beside it are the machinery:
 
 - ``driver`` (here): ``Driver``, its state, ``run()``, signals, the final
   checkpoint/evaluation and teardown;
@@ -9,6 +9,7 @@ and where logs go; this module and three beside it are the machinery:
   evaluator, the placement report, loggers and ``run_info.json``;
 - ``driver_loop``: the control loop, result handlers, periodic logging and
   checkpoints, stall and replay-liveness checks;
+- ``driver_actors``: actor chunks, and failed actors replaced, counted, logged;
 - ``driver_records``: the run's summary and the shaping of logged records.
 """
 
@@ -26,8 +27,10 @@ from rlplat.distributed import cluster
 from rlplat.distributed import driver_records
 from rlplat.distributed import errors
 from rlplat.distributed import progress
+from rlplat.distributed.actor_slots import ActorSlot
+from rlplat.distributed.driver_actors import ActorCare
 from rlplat.distributed.driver_loop import ControlLoop
-from rlplat.distributed.driver_startup import ActorSlot, WorkerStartup, kill_worker
+from rlplat.distributed.driver_startup import WorkerStartup, kill_worker
 from rlplat.distributed.errors import RunFailedError, RunInterrupted
 from rlplat.distributed.layout import RayLayoutConfig
 
@@ -36,11 +39,12 @@ from rlplat.distributed.layout import RayLayoutConfig
 _SIGNAL_STOP_TIMEOUT_S = 10.0
 
 
-class Driver(WorkerStartup, ControlLoop):
+class Driver(WorkerStartup, ControlLoop, ActorCare):
     """State and control loop of one ``run_on_ray`` call."""
 
     def __init__(self, builder, env, env_kwargs, num_actors, num_replicas, max_actor_steps, logdir,
-                 seed, restored_step, address, console, layout: RayLayoutConfig):
+                 seed, restored_step, address, console, layout: RayLayoutConfig,
+                 stop_event: Optional[threading.Event] = None):
         self.builder, self.env, self.env_kwargs = builder, env, env_kwargs
         self.num_actors, self.num_replicas = num_actors, num_replicas
         self.max_actor_steps = math.inf if max_actor_steps is None else max_actor_steps
@@ -62,6 +66,8 @@ class Driver(WorkerStartup, ControlLoop):
         self.eval: Dict[str, Any] = {}
         self.replay_stats: Dict[str, Any] = {}
         self.checkpoint_path: Optional[str] = None
+        self.stop_event = stop_event
+        self.stop_reason: Optional[str] = None  # max_actor_steps, target_eval_return, stop_event
         self._signum: Optional[int] = None
         self._hurry = False  # a second signal: stop waiting for anything
         self._tearing_down = False
@@ -77,6 +83,7 @@ class Driver(WorkerStartup, ControlLoop):
             self._start()
             self.phases["startup_s"] = time.monotonic() - started
             if self.actor_steps >= self.max_actor_steps:
+                self.stop_reason = "max_actor_steps"
                 self.console.message(f"run already has {self.actor_steps:,} actor steps "
                                      f"(--max-actor-steps {self.max_actor_steps:,}); nothing to do")
             else:
@@ -149,15 +156,13 @@ class Driver(WorkerStartup, ControlLoop):
             self.stopping = True
             self.stop_deadline = deadline + 1.0
             self._wait_and_handle(0.5)
-            for slot in self.slots:
-                if slot.ref is None and not slot.dead and time.monotonic() >= slot.retry_at:
-                    self._submit_actor(slot)
+            self._tend_actors()
         self.learner_stopped = True
         if getattr(self, "train_ref", None) is not None:
             raise RunFailedError(f"learner did not reach a step boundary within {timeout_s:g}s")
         for slot in self.slots:  # No more data is needed: stop acting now.
             kill_worker(slot.handle)
-            slot.dead = True
+            slot.stopped = True
         saved = self._get(self.learner.save_checkpoint.remote(self.cfg.call_timeout_s),
                           max(1.0, deadline - time.monotonic()) + self.cfg.call_timeout_s,
                           "final checkpoint")

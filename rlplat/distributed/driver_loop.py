@@ -1,16 +1,17 @@
 """The control loop of a ``run_on_ray`` run, its result handlers and health checks.
 
-``ControlLoop`` is the part of ``driver.Driver`` that keeps one ``run_steps``
-call in flight per actor and one ``train`` call on the learner, handles each
-result as it arrives, does the periodic work (status line, learner/replay
-metrics, evaluations, checkpoints) and notices stalls and a dead replay server.
+``ControlLoop`` is the part of ``driver.Driver`` that keeps one ``train`` call
+on the learner (and, through ``driver_actors``, one ``run_steps`` call per
+actor) in flight, handles each result as it arrives, does the periodic work
+(status line, learner/replay metrics, evaluations, checkpoints) and notices
+stalls and a dead replay server.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import ray
 
@@ -18,7 +19,6 @@ from rlplat.distributed import counters
 from rlplat.distributed import driver_records
 from rlplat.distributed import errors
 from rlplat.distributed import progress
-from rlplat.distributed.driver_startup import ActorSlot, kill_worker
 from rlplat.distributed.errors import RunFailedError
 
 
@@ -43,7 +43,7 @@ class ControlLoop:
         self.train_ref, self.train_submitted = None, now
         self.eval_ref = None
         self.ckpt_ref = None
-        self.stopping = False          # max_actor_steps reached, learner asked to stop
+        self.stopping = False          # a stop reason came up, learner asked to stop
         self.learner_stopped = False
         self.steady_start = self.steady_end = None  # (time, actor steps, learner steps)
         every = cfg.eval_every_actor_steps
@@ -52,19 +52,18 @@ class ControlLoop:
         next_checkpoint = now + cfg.checkpoint_every_s
         next_eval_time = now + cfg.eval_every_s if cfg.eval_every_s else math.inf
         self._submit_train()
-        for slot in self.slots:
-            self._submit_actor(slot)
+        self._tend_actors()
 
         while not self.learner_stopped:
-            if not self.stopping and (self.actor_steps >= self.max_actor_steps or self._target_reached()):
-                self.stopping = True
-                self.stop_deadline = time.monotonic() + cfg.stop_timeout_s
-                self.learner.request_stop.remote()
+            if not self.stopping:
+                self.stop_reason = self._stop_reason()
+                if self.stop_reason:
+                    self.stopping = True
+                    self.stop_deadline = time.monotonic() + cfg.stop_timeout_s
+                    self.learner.request_stop.remote()
             self._wait_and_handle(0.5)
             now = time.monotonic()
-            for slot in self.slots:
-                if slot.ref is None and not slot.dead and now >= slot.retry_at:
-                    self._submit_actor(slot)
+            self._tend_actors()
             self._check_stalls(now)
             if now >= next_console:
                 next_console = now + cfg.console_every_s
@@ -86,9 +85,18 @@ class ControlLoop:
         self.loop_ended = time.monotonic()
         self._periodic()
 
-    def _target_reached(self) -> bool:
+    def _stop_reason(self) -> Optional[str]:
+        """Why the run should stop now, or None: the step budget, the target return, or a request."""
+        if self.actor_steps >= self.max_actor_steps:
+            return "max_actor_steps"
         target, latest = self.cfg.target_eval_return, self.eval.get("eval_return")
-        return target is not None and latest is not None and latest >= target
+        if target is not None and latest is not None and latest >= target:
+            return "target_eval_return"
+        if self.stop_event is not None and self.stop_event.is_set():
+            self.console.message("stop requested: stopping as at --max-actor-steps (final "
+                                 "checkpoint and evaluation)")
+            return "stop_event"
+        return None
 
     def _wait_and_handle(self, timeout_s: float) -> None:
         refs = list(self.pending)
@@ -104,85 +112,12 @@ class ControlLoop:
             handler = getattr(self, f"_on_{tag[0]}")
             handler(ref, *tag[1:])
 
-    def _submit_actor(self, slot: ActorSlot) -> None:
-        if self.learner_stopped or slot.dead:
-            return
-        scheduled = self.actor_steps + sum(s.chunk for s in self.slots if s.ref is not None)
-        remaining = self.max_actor_steps - scheduled
-        if remaining <= 0 and not self.stopping:
-            return  # Idle until the learner is asked to stop (then all run again).
-        chunk = self.cfg.actor_chunk_steps if self.stopping else min(self.cfg.actor_chunk_steps,
-                                                                      remaining)
-        slot.chunk, slot.submitted = chunk, time.monotonic()
-        slot.ref = slot.handle.run_steps.remote(chunk)
-        self.pending[slot.ref] = ("actor", slot)
-
     def _submit_train(self) -> None:
         self.train_ref = self.learner.train.remote(self.cfg.learner_chunk_steps)
         self.train_submitted = time.monotonic()
         self.pending[self.train_ref] = ("train",)
 
     # ------------------------------------------------------------ result handlers
-    def _on_actor(self, ref, slot: ActorSlot) -> None:
-        slot.ref = None
-        try:
-            stats = ray.get(ref, timeout=self.cfg.call_timeout_s)
-        except ray.exceptions.RayActorError as e:
-            # The process died; Ray is already restarting it (max_restarts).
-            self._actor_failed(slot, errors.one_line(e), died=True)
-            return
-        except ray.exceptions.RayError as e:
-            # run_steps raised; the process lives on in an unknown state.
-            self._actor_failed(slot, errors.one_line(e), died=False)
-            return
-        slot.failures = 0  # A full chunk since the last failure: it recovered.
-        slot.chunks_after_restart += bool(stats.get("restarted"))
-        slot.seed = int(stats.get("seed", slot.seed))  # a restarted process reseeds itself
-        steps = int(stats.get("env_steps", slot.chunk))
-        self.actor_steps += steps
-        slot.steps += steps
-        slot.policy_version = int(stats.get("policy_version", -1))
-        returns = driver_records.episode_returns(stats)
-        self.episodes += int(stats.get("episodes", len(returns)))
-        self.env_rate.update(self.actor_steps)
-        now = time.monotonic()
-        if self.steady_start is None:  # rates from the first result on leave start-up out
-            self.steady_start = (now, self.actor_steps, self.learner_steps)
-        self.steady_end = (now, self.actor_steps, self.learner_steps)
-        record = {"actor_index": slot.index, "actor_steps_per_second": stats.get("steps_per_second"),
-                  "env_steps_per_second": self.env_rate.rate(), "policy_version": slot.policy_version,
-                  "policy_lag": max(0, self.learner_steps - slot.policy_version),
-                  "episodes": self.episodes}
-        if returns:
-            record["episode_return"] = sum(returns) / len(returns)
-        record.update(driver_records.time_breakdown(stats))
-        self.loggers["actor"].write(self.actor_steps, driver_records.finite(record))
-        self._submit_actor(slot)
-
-    def _actor_failed(self, slot: ActorSlot, reason: str, died: bool) -> None:
-        self._check_replay_alive()  # A dead replay server explains a failing actor best.
-        slot.failures += 1
-        slot.total_failures += 1
-        self.restarts += 1
-        if slot.failures > self.cfg.actor_max_restarts:
-            slot.dead = True
-            kill_worker(slot.handle)
-            self.console.message(f"actor {slot.index} failed {slot.failures} times in a row; giving it "
-                                 f"up ({reason})")
-            if all(s.dead for s in self.slots):
-                raise RunFailedError(f"every actor failed; last error: {reason}")
-            return
-        self.console.message(f"actor {slot.index} failed ({reason}); restarting it")
-        if not died:
-            # It raised but lives on in an unknown state: kill it so Ray starts
-            # a fresh process (counted against max_restarts). One that died is
-            # already being restarted; calls made meanwhile wait for it.
-            try:
-                ray.kill(slot.handle, no_restart=False)
-            except Exception:  # pylint: disable=broad-except
-                pass
-        slot.retry_at = time.monotonic() + 1.0
-
     def _on_train(self, ref) -> None:
         self.train_ref = None
         try:
@@ -240,7 +175,7 @@ class ControlLoop:
     def _periodic(self) -> None:
         if not self._read_replay():
             self._check_replay_alive()
-        versions = [s.policy_version for s in self.slots if s.policy_version >= 0 and not s.dead]
+        versions = [s.policy_version for s in self.slots if s.policy_version >= 0 and s.active]
         # Actors can hold weights newer than the last train() result the driver
         # has seen (they pull mid-call), so clamp instead of showing a negative lag.
         lag = max(0.0, self.learner_steps - sum(versions) / len(versions)) if versions else None
@@ -248,6 +183,7 @@ class ControlLoop:
         metrics.update({"learner_steps_per_second": self.learn_rate.rate(),
                         "env_steps_per_second": self.env_rate.rate(),
                         "actor_steps": self.actor_steps, "policy_lag": lag,
+                        "actor_restarts": self.restarts,
                         **{k: v for k, v in self.replay_stats.items()}})
         self.loggers["learner"].write(self.learner_steps, driver_records.finite(metrics))
         self.console.show(progress.format_status(
@@ -307,4 +243,4 @@ class ControlLoop:
                 self.pending.pop(slot.ref, None)
                 slot.ref = None
                 self._actor_failed(slot, f"a chunk of {slot.chunk} steps ran over "
-                                         f"{self.cfg.actor_stall_timeout_s:g}s", died=False)
+                                         f"{self.cfg.actor_stall_timeout_s:g}s")

@@ -2,8 +2,7 @@
 
 ``WorkerStartup`` is the part of ``driver.Driver`` that brings the workers up
 in the order ``layout.py`` describes, reports where each one landed, opens the
-loggers and writes ``run_info.json``. ``ActorSlot`` is the driver's record of
-one actor; ``kill_worker`` ends a worker for good.
+loggers and writes ``run_info.json``. ``kill_worker`` ends a worker for good.
 """
 
 from __future__ import annotations
@@ -23,28 +22,7 @@ from rlplat.distributed import process
 from rlplat.distributed import resources
 from rlplat.distributed import seeding
 from rlplat.distributed import workers
-
-
-class ActorSlot:
-    """Driver-side bookkeeping of one actor."""
-
-    def __init__(self, index: int, seed: int, handle):
-        self.index, self.seed, self.handle = index, seed, handle
-        self.ref = None          # the run_steps call in flight
-        self.chunk = 0
-        self.submitted = 0.0
-        self.failures = 0
-        self.dead = False
-        self.retry_at = 0.0      # after a failure, resubmit no earlier than this
-        self.policy_version = -1
-        self.steps = 0
-        self.total_failures = 0
-        self.chunks_after_restart = 0  # chunks run by a Ray-restarted process
-
-    def describe(self) -> Dict[str, Any]:
-        return {"index": self.index, "seed": self.seed, "steps": self.steps,
-                "policy_version": self.policy_version, "failures": self.total_failures,
-                "chunks_after_restart": self.chunks_after_restart, "given_up": self.dead}
+from rlplat.distributed.actor_slots import ActorSlot, RestartBudget
 
 
 def kill_worker(handle) -> None:
@@ -133,17 +111,15 @@ class WorkerStartup:
         # Actors and evaluator start now, so their imports overlap with the
         # learner's build; each asks the learner for the replay address and
         # its first weights, which Ray answers once the learner is up.
-        actor_cls = workers.remote(
-            workers.ActorWorker, num_cpus=self.plan.actor_cpus, max_restarts=self.cfg.actor_max_restarts,
+        # max_restarts=0: the driver replaces a failed actor itself (see driver_actors).
+        self._actor_cls = workers.remote(
+            workers.ActorWorker, num_cpus=self.plan.actor_cpus, max_restarts=0,
             max_task_retries=0, runtime_env=process.runtime_env("actor"),
             **placement.ray_options(self.plan, "actor"))
         for i in range(self.num_actors):
-            actor_seed = seeding.actor_seed(self.seed, i)
-            handle = actor_cls.remote(self.builder, self.env, self.env_kwargs, i, actor_seed,
-                                      self.learner_name, None,
-                                      weights_timeout_s=self.cfg.weights_timeout_s,
-                                      startup_timeout_s=self.cfg.startup_timeout_s)
-            self.slots.append(ActorSlot(i, actor_seed, handle))
+            budget = RestartBudget(self.cfg.actor_max_restarts, self.cfg.actor_restart_window_s)
+            self.slots.append(ActorSlot(i, seeding.actor_seed(self.seed, i), self._spawn_actor(i),
+                                        budget))
         self.evaluator = workers.remote(
             workers.Evaluator, num_cpus=self.plan.evaluator_cpus, max_restarts=1, max_task_retries=0,
             runtime_env=process.runtime_env("evaluator"),
@@ -160,6 +136,14 @@ class WorkerStartup:
                              f"{', '.join(ready['devices'])}; step {self.learner_steps:,}; "
                              f"replay at {self.replay_address}")
         self._report_placement()
+
+    def _spawn_actor(self, index: int, incarnation: int = 0):
+        """A new ``ActorWorker`` for actor ``index``; ``incarnation`` > 0 replaces a failed one."""
+        return self._actor_cls.remote(self.builder, self.env, self.env_kwargs, index,
+                                      seeding.actor_seed(self.seed, index), self.learner_name, None,
+                                      weights_timeout_s=self.cfg.weights_timeout_s,
+                                      startup_timeout_s=self.cfg.startup_timeout_s,
+                                      incarnation=incarnation)
 
     def _report_placement(self) -> None:
         """Prints the node each worker landed on; records it in run_info.json.
@@ -234,10 +218,13 @@ class WorkerStartup:
         from rlplat.utils import loggers  # pylint: disable=g-import-not-at-top
 
         resumed = self.restored_step is not None
-        purge = {"learner": self.restored_step, "actor": self.actor_steps, "evaluator": self.actor_steps}
-        for role in ("actor", "learner", "evaluator"):
+        purge = {"learner": self.restored_step, "actor": self.actor_steps, "evaluator": self.actor_steps,
+                 "driver": self.actor_steps}
+        for role in ("actor", "learner", "evaluator", "driver"):
+            # The driver's records are events (actor failures), not curves: JSONL only.
             self.loggers[role] = loggers.make_logger(
-                self.logdir, role, purge_after_step=purge[role] if resumed else None)
+                self.logdir, role, purge_after_step=purge[role] if resumed else None,
+                tensorboard=role != "driver")
 
     def _write_run_info(self) -> None:
         from rlplat.utils import run_info  # pylint: disable=g-import-not-at-top

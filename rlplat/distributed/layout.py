@@ -17,7 +17,8 @@ answers once the learner is up). Then one control loop, in this process:
 - an evaluation runs every ``eval_every_actor_steps``, a checkpoint every
   ``checkpoint_every_s``.
 
-Stopping: once ``max_actor_steps`` are counted the learner is asked to stop
+Stopping: once ``max_actor_steps`` are counted (or an evaluation reaches
+``target_eval_return``, or the caller sets ``stop_event``) the learner is asked to stop
 while the actors keep running (a learner blocked on the rate limiter needs
 their inserts to reach its next step boundary); then the final checkpoint,
 a final evaluation, and every worker is killed. Counted actor steps are those
@@ -28,10 +29,15 @@ every chunk's result; a Counter actor would add a round trip per chunk and
 one more process to lose. They are saved next to each checkpoint
 (``checkpoints/counters.json``) so ``resume`` continues them.
 
-Failures: an actor that dies (or raises) is restarted by Ray up to
-``actor_max_restarts`` times and the run goes on; a learner failure or a dead
-replay server ends the run with ``RunFailedError`` (one line, non-zero exit in
-the CLI). SIGINT/SIGTERM: checkpoint if the learner can reach a step boundary
+Failures: an actor that dies, raises or stalls is replaced by a new process
+(which pulls the learner's weights before its first step) and the run goes
+on; each restart is counted (``summary["actor_restarts"]``), printed, and
+logged to ``metrics.jsonl`` (role ``driver``; see ``driver_actors``). The
+limit is per time window, never per lifetime: an actor restarted more than
+``actor_max_restarts`` times within ``actor_restart_window_s`` is crash-looping
+and is given up, and only when every actor is given up does the run fail. A
+learner failure or a dead replay server ends the run with ``RunFailedError``
+(one line, non-zero exit in the CLI). SIGINT/SIGTERM: checkpoint if the learner can reach a step boundary
 quickly, kill every worker, shut Ray down, raise ``RunInterrupted``.
 
 Logs: the driver writes all of them (one TensorBoard writer per role:
@@ -47,6 +53,7 @@ import dataclasses
 import datetime
 import math
 import os
+import threading
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from rlplat.distributed import counters
@@ -71,7 +78,11 @@ class RayLayoutConfig:
         Ray instance and no on a cluster.
       learner_threads: TF (intra_op, inter_op) threads of the learner; None
         takes them from the resource plan.
-      actor_max_restarts: Ray restarts of each actor before it is given up.
+      actor_max_restarts: restarts of one actor allowed within any
+        ``actor_restart_window_s``; one more is a crash loop and the actor is
+        given up (the run fails when every actor is). 0: never restart.
+      actor_restart_window_s: the window of ``actor_max_restarts``: in a long
+        run, restarts further apart than this never add up.
       call_timeout_s: bound on control calls (ready, checkpoint, results).
       startup_timeout_s: bound on the learner coming up (imports, build).
       learner_stall_timeout_s: a train chunk running longer means a stuck learner.
@@ -111,7 +122,8 @@ class RayLayoutConfig:
     console_every_s: float = 5.0
     colocate_replay: Optional[bool] = None
     learner_threads: Optional[Tuple[int, int]] = None
-    actor_max_restarts: int = 3
+    actor_max_restarts: int = 5
+    actor_restart_window_s: float = 600.0
     call_timeout_s: float = 60.0
     startup_timeout_s: float = 300.0
     learner_stall_timeout_s: float = 600.0
@@ -161,7 +173,8 @@ def run_on_ray(builder, env: str, env_kwargs: Optional[Dict[str, Any]] = None, *
                max_actor_steps: Optional[int] = None,
                logdir: Optional[str] = None, seed: int = 0, resume: bool = False,
                address: Optional[str] = None, console: bool = True,
-               layout: RayLayoutConfig = RayLayoutConfig()) -> Dict[str, Any]:
+               layout: RayLayoutConfig = RayLayoutConfig(),
+               stop_event: Optional[threading.Event] = None) -> Dict[str, Any]:
     """Trains ``builder``'s agent on ``env`` with actors, a learner and replay on Ray.
 
     The arguments mirror ``rlplat train <agent>``'s flags: ``--env``,
@@ -184,9 +197,14 @@ def run_on_ray(builder, env: str, env_kwargs: Optional[Dict[str, Any]] = None, *
       address: None (local Ray), "auto" or "HOST:PORT" (see ``cluster.connect``).
       console: print the live status line.
       layout: ``RayLayoutConfig`` knobs.
+      stop_event: set it (from any thread) to end the run as if
+        ``max_actor_steps`` had been reached: the learner stops at a step
+        boundary, then the final checkpoint, the final evaluation and a clean
+        teardown. Checked about twice a second.
 
     Returns:
-      A summary dict (counts, rates, final evaluation, checkpoint path, ...).
+      A summary dict (counts, rates, final evaluation, checkpoint path,
+      ``stop_reason``: "max_actor_steps", "target_eval_return" or "stop_event", ...).
 
     Raises:
       ValueError: a bad argument (one line naming the flag).
@@ -213,12 +231,15 @@ def run_on_ray(builder, env: str, env_kwargs: Optional[Dict[str, Any]] = None, *
                          "to run until interrupted")
     if seed < 0:
         raise ValueError(f"--seed must be >= 0 (got {seed})")
+    if stop_event is not None and not callable(getattr(stop_event, "is_set", None)):
+        raise ValueError(f"stop_event must be a threading.Event (got {type(stop_event).__name__})")
     logdir = logdir or os.path.join("runs", f"ray-{datetime.datetime.now():%Y%m%d-%H%M%S}")
     restored_step = check_logdir(logdir, resume)
     from rlplat.distributed.driver import Driver  # pylint: disable=g-import-not-at-top  (imports Ray)
 
     driver = Driver(builder, env, dict(env_kwargs or {}), num_actors, num_learner_replicas,
-                     max_actor_steps, logdir, seed, restored_step, address, console, layout)
+                     max_actor_steps, logdir, seed, restored_step, address, console, layout,
+                     stop_event=stop_event)
     return driver.run()
 
 

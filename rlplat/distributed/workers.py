@@ -146,6 +146,8 @@ class ActorWorker:
       weights_timeout_s: bound on each weight pull.
       startup_timeout_s: bound on the first call to the learner (the address,
         or the first pull), which waits while the learner is being built.
+      incarnation: 0 for the first actor of this index; the driver passes
+        1, 2, ... to the actors that replace a failed one.
 
     Weights are pulled in ``__init__`` (``actor.update(wait=True)``), so no
     step is ever taken with random or stale-from-before-restore weights.
@@ -153,14 +155,16 @@ class ActorWorker:
 
     def __init__(self, builder, env_name: str, env_kwargs: Optional[Dict[str, Any]],
                  actor_index: int, seed: int, variable_source, replay_address: Optional[str],
-                 weights_timeout_s: float = 60.0, startup_timeout_s: float = 300.0):
+                 weights_timeout_s: float = 60.0, startup_timeout_s: float = 300.0,
+                 incarnation: int = 0):
+        started = time.perf_counter()
         process.setup_worker(1, 1, hide_gpus=True)
         from rlplat import specs  # pylint: disable=g-import-not-at-top
 
         self._index = int(actor_index)
-        self._restarted = _was_restarted()
-        # After a crash Ray re-runs __init__ with the same arguments; a fresh seed
-        # keeps the restarted process from replaying its first life's episodes.
+        self._restarted = incarnation > 0 or _was_restarted()
+        # A replacement (or a process Ray restarted) gets the same arguments as
+        # the first; a fresh seed keeps it from replaying the first one's episodes.
         self._seed = seeding.restart_seed(seed, os.getpid()) if self._restarted else int(seed)
         self._environment = _make_environment(env_name, env_kwargs, self._seed)
         spec = specs.make_environment_spec(self._environment)
@@ -173,19 +177,22 @@ class ActorWorker:
         self._actor.update(wait=True)
         self._loop = _make_loop(self._environment, self._actor)
         self._total_steps = 0
+        # How long a (re)start takes in here: TF set-up, environment, the learner's weights.
+        self._init_s = time.perf_counter() - started
 
     def info(self) -> Dict[str, Any]:
         """Identity of this worker (for tests and the run log)."""
         return {"actor_index": self._index, "seed": self._seed, "pid": os.getpid(),
                 "node_ip": node_ip(), "policy_version": self._actor.policy_version,
-                "restarted": self._restarted}
+                "restarted": self._restarted, "init_s": self._init_s}
 
     def run_steps(self, num_steps: int) -> Dict[str, Any]:
         """Runs ``num_steps`` environment steps; returns the loop's stats plus ours.
 
         Added keys: ``actor_index``, ``seed``, ``env_steps``, ``seconds``,
         ``steps_per_second``, ``policy_version`` (of the weights at the end of
-        the chunk), ``weight_pulls`` (pulls that moved weights, in total).
+        the chunk), ``weight_pulls`` (pulls that moved weights, in total),
+        ``restarted``, ``pid`` and ``init_s`` (seconds ``__init__`` took).
         """
         start = time.perf_counter()
         stats = _to_python(dict(self._loop.run_steps(int(num_steps)) or {}))
@@ -196,6 +203,7 @@ class ActorWorker:
             "seconds": seconds, "steps_per_second": num_steps / max(seconds, 1e-9),
             "policy_version": int(self._actor.policy_version),
             "weight_pulls": self._source.num_pulls, "restarted": self._restarted,
+            "pid": os.getpid(), "init_s": self._init_s,
         })
         return stats
 

@@ -3,13 +3,15 @@
 One short D4PG run on cartpole:swingup (small networks, small replay) is made
 once and inspected by several tests; a second run resumes it while an actor
 process is SIGKILLed, so resume and actor restarts are covered by one more
-run instead of two.
+run instead of two. That run ends on a ``stop_event`` once the restarted actor
+has acted, so its length follows the machine's speed instead of racing it.
 """
 
 import dataclasses
 import json
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -146,32 +148,129 @@ def _run_while_killing(prefix: str, builder=BUILDER, **kwargs):
         killer.join(5)
 
 
+# Bound on kill -> the replacement's first chunk done. A restart took 5 s on an
+# idle 2-core box and 36 s at load 25 (a new process imports TF, builds its
+# environment and pulls weights, then runs a chunk); this only keeps a broken
+# restart from hanging the test.
+RESTART_BOUND_S = 240
+
+
+def _stop_once_the_killed_actor_acted(jsonl: str, stop: threading.Event, outcome: dict) -> None:
+    """Sets ``stop`` once an actor that failed has finished a chunk after its failure.
+
+    The evidence is the run's own log: the driver's ``actor_failed`` record
+    names the actor, and an ``actor`` record of that index written later is a
+    chunk its new process ran. Gives up (and sets ``stop``) after
+    ``RESTART_BOUND_S`` from the failure, or from the start if nothing fails.
+    """
+    deadline = time.monotonic() + RESTART_BOUND_S + 120  # + start-up before the kill
+    while not stop.is_set():
+        failed = [r for r in loggers.read_jsonl(jsonl, "driver") if r.get("event") == "actor_failed"]
+        if failed and "failed_at" not in outcome:
+            outcome["failed_at"] = time.monotonic()
+            deadline = outcome["failed_at"] + RESTART_BOUND_S
+        if failed and any(r["actor_index"] == failed[0]["actor_index"]
+                          and r["wall_time"] > failed[0]["wall_time"]
+                          for r in loggers.read_jsonl(jsonl, "actor")):
+            outcome["acted_after_s"] = time.monotonic() - outcome["failed_at"]
+            stop.set()
+        elif time.monotonic() > deadline:
+            outcome["timed_out"] = True
+            stop.set()
+        time.sleep(0.5)
+
+
 def test_resume_continues_and_a_killed_actor_is_restarted(first_run):
     logdir, first = first_run
-    # The killed actor needs ~10 s to come back (a new process imports TF and
-    # builds its policy) while the other one carries on alone. A higher
-    # samples_per_insert (replay is rebuilt on resume, so it may change) lets
-    # the learner pace the actors, so the run lasts long enough for that on a
-    # fast machine as well as on a loaded one.
-    total = FIRST_STEPS + 12000
-    paced = dataclasses.replace(BUILDER, config=SMALL.replace(samples_per_insert=32.0))
-    summary, killed = _run_while_killing("ray::ActorWorker.run_steps", builder=paced,
-                                         max_actor_steps=total, logdir=logdir, resume=True,
-                                         layout=LAYOUT)
+    # No step budget to race against the restart: the run goes on until the
+    # killed actor's replacement has finished a chunk, then stops on request
+    # exactly as at --max-actor-steps. Its length follows the machine's speed.
+    stop, outcome = threading.Event(), {}
+    watcher = threading.Thread(target=_stop_once_the_killed_actor_acted, daemon=True,
+                               args=(os.path.join(logdir, loggers.JSONL_NAME), stop, outcome))
+    watcher.start()
+    try:
+        summary, killed = _run_while_killing("ray::ActorWorker.run_steps", logdir=logdir, resume=True,
+                                             max_actor_steps=FIRST_STEPS + 10_000_000, layout=LAYOUT,
+                                             stop_event=stop)
+    finally:
+        stop.set()
+        watcher.join(5)
     assert killed, "no busy actor process was found to kill"
-    assert summary["actor_restarts"] >= 1
-    # The killed actor came back (a new process) and ran chunks again.
-    restarted = [a for a in summary["actors"] if a["failures"]]
-    assert restarted and all(a["chunks_after_restart"] >= 1 for a in restarted), summary["actors"]
+    assert not outcome.get("timed_out"), (
+        f"the killed actor's replacement finished no chunk within {RESTART_BOUND_S}s of the failure "
+        f"(failure seen: {'failed_at' in outcome}); actors: {summary['actors']}")
+    assert summary["stop_reason"] == "stop_event"
+    # One kill is one restart, counted once, and the replacement ran chunks.
+    assert summary["actor_restarts"] == first["actor_restarts"] + 1 == 1
+    restarted = [a for a in summary["actors"] if a["restarts"]]
+    assert len(restarted) == 1 and restarted[0]["chunks_after_restart"] >= 1, summary["actors"]
+    victim = restarted[0]
+    assert not victim["given_up"] and victim["back_after_s"] > 0
     # ...with a fresh seed, so it does not replay its first life's episodes.
-    assert all(a["seed"] != seeding.actor_seed(SEED, a["index"]) for a in restarted)
+    assert victim["seed"] != seeding.actor_seed(SEED, victim["index"])
+    # The restart is logged: the failure, then the replacement's first chunk.
+    events = loggers.read_jsonl(os.path.join(logdir, loggers.JSONL_NAME), "driver")
+    assert [(r["event"], r["actor_index"], r["actor_restarts"]) for r in events] == [
+        ("actor_failed", victim["index"], 1), ("actor_back", victim["index"], 1)], events
+    assert events[1]["init_s"] > 0 and events[1]["back_after_s"] >= events[1]["init_s"]
     # Counters continued from the checkpoint rather than restarting at zero.
-    assert summary["actor_steps"] >= total
+    assert summary["actor_steps"] == first["actor_steps"] + sum(a["steps"] for a in summary["actors"])
     assert summary["learner_steps"] > first["learner_steps"]
+    # Every actor, the replacement included, acted with weights trained after the resume.
     assert all(v > first["learner_steps"] for v in summary["actor_policy_versions"])
     with open(os.path.join(logdir, "run_info.json")) as f:
         info = json.load(f)
     assert info["resumed_from_step"] == first["learner_steps"] and info["previous"]
+    assert _wait_for_free_cpus(2.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class _CrashingBuilder(D4PGBuilder):
+    """D4PG whose acting processes die at their first step (a crash loop); evaluation is fine."""
+
+    def make_actor(self, environment_spec, variable_source, adder, actor_index, seed,
+                   evaluation=False):
+        actor = super().make_actor(environment_spec, variable_source, adder, actor_index, seed,
+                                   evaluation=evaluation)
+        return actor if evaluation else _DiesOnFirstStep(actor)
+
+
+class _DiesOnFirstStep:
+    """The builder's actor (weights pulled as usual), but its process exits on the first step."""
+
+    def __init__(self, actor):
+        self._actor = actor
+
+    def __getattr__(self, name):
+        return getattr(self._actor, name)
+
+    def observe_first(self, timestep):
+        del timestep
+        os._exit(3)  # like a segfault: no exception, no clean-up
+
+
+def test_a_crash_looping_actor_is_restarted_then_given_up_with_one_line(ray_session, tmp_path):
+    del ray_session
+    logdir = str(tmp_path / "run")
+    crashing = _CrashingBuilder(config=SMALL, steps_per_call=4)
+    # One restart allowed per 10 minutes: the first crash is restarted, the second
+    # (seconds later) is a crash loop; with no actor left the run fails.
+    loop_layout = dataclasses.replace(LAYOUT, actor_max_restarts=1, actor_restart_window_s=600)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests
+    try:
+        with pytest.raises(layout.RunFailedError) as info:
+            layout.run_on_ray(crashing, ENV, num_actors=1, max_actor_steps=10_000_000, logdir=logdir,
+                              seed=SEED, console=False, layout=loop_layout)
+    finally:
+        ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+    text = str(info.value)
+    assert "\n" not in text and text.startswith(
+        "every actor was given up after more than 1 restarts within 600s; last error (actor 0): "
+        "its process died"), text
+    events = loggers.read_jsonl(os.path.join(logdir, loggers.JSONL_NAME), "driver")
+    assert [(r["event"], r["actor_index"], r["actor_restarts"], r["given_up"]) for r in events] == [
+        ("actor_failed", 0, 1, False), ("actor_failed", 0, 2, True)], events
     assert _wait_for_free_cpus(2.0)
 
 

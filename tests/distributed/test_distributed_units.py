@@ -6,6 +6,7 @@ import time
 import portpicker
 import pytest
 
+from rlplat.distributed import actor_slots
 from rlplat.distributed import cluster
 from rlplat.distributed import counters
 from rlplat.distributed import layout
@@ -98,3 +99,26 @@ def test_layout_config_is_validated():
         layout.RayLayoutConfig(actor_chunk_steps=0)
     with pytest.raises(ValueError, match="stop_timeout_s"):
         layout.RayLayoutConfig(stop_timeout_s=0)
+
+
+def test_restart_budget_counts_restarts_per_window_not_per_lifetime():
+    budget = actor_slots.RestartBudget(max_restarts=2, window_s=60)
+    assert budget.record(0) and budget.record(10)
+    assert not budget.record(20)  # a third within a minute: a crash loop
+    # A long run: one crash every 40 s forever is never more than 2 per minute.
+    steady = actor_slots.RestartBudget(max_restarts=2, window_s=60)
+    assert all(steady.record(40.0 * i) for i in range(100))
+    assert steady.recent(4000.0) == 1 and steady.recent(4100.0) == 0
+    assert not actor_slots.RestartBudget(max_restarts=0, window_s=60).record(0)
+    with pytest.raises(ValueError, match="window_s must be > 0"):
+        actor_slots.RestartBudget(1, 0)
+
+
+def test_restart_knobs_and_stop_event_are_validated():
+    with pytest.raises(ValueError, match="actor_max_restarts must be >= 0"):
+        layout.RayLayoutConfig(actor_max_restarts=-1)
+    with pytest.raises(ValueError, match="actor_restart_window_s must be > 0"):
+        layout.RayLayoutConfig(actor_restart_window_s=0)
+    with pytest.raises(ValueError, match="stop_event must be a threading.Event") as info:
+        layout.run_on_ray(None, "cartpole:swingup", stop_event=True)
+    assert "\n" not in str(info.value)
