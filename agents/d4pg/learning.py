@@ -16,9 +16,13 @@ itself has no branch and no extra synchronisation. Calls are cut at
 target-update boundaries, so the copy happens at exactly the same learner
 steps as a per-step ``if step % period``.
 
-NaN guard: only the last step's losses of each call are checked (no extra
-device sync per step). A non-finite loss poisons the weights, so every later
-loss is non-finite too and the call that contains it always reports it.
+NaN guard (``rlplat.utils.nonfinite``): after the all-reduce, every step
+checks that both losses (replica means) and both gradient norms are finite,
+and applies the update and advances the step counter only then. The first
+non-finite step is recorded and every later step of the call is skipped, so
+the weights stay exactly those of the last finite step (never poisoned, so
+checkpoints stay finite); ``step()`` then raises ``FloatingPointError``
+naming that step and the loss or gradient.
 
 Replay watchdog: sampling from a Reverb server that died hangs forever inside
 the C++ sampler, ignoring every timeout. When a replay address is known, each
@@ -29,7 +33,6 @@ hung helper thread is a daemon and is abandoned: the learner is finished).
 
 from __future__ import annotations
 
-import math
 import threading
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
@@ -42,8 +45,15 @@ from agents.d4pg.config import D4PGConfig
 from rlplat import core
 from rlplat import replication
 from rlplat.replay import datasets as replay_datasets
-from rlplat.utils.optimizers import FusedAdam
+from rlplat.utils import nonfinite
+from rlplat.utils.optimizers import FusedAdam, apply_gradients_cross_replica
 from rlplat.utils import watchdog
+
+# What the NaN guard watches (in this order) and what to change for each.
+_GUARDED = ("critic loss", "policy loss", "critic gradient", "policy gradient")
+_FIXES = {"critic loss": "lower --critic-learning-rate", "critic gradient": "lower --critic-learning-rate",
+          "policy loss": "lower --policy-learning-rate", "policy gradient": "lower --policy-learning-rate",
+          "*": "check the rewards for NaN/Inf"}
 
 
 class D4PGLearner(core.Learner):
@@ -126,6 +136,7 @@ class D4PGLearner(core.Learner):
             self.step_counter = tf.Variable(
                 0, dtype=tf.int64, trainable=False, name="learner_steps",
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+            self._guard = nonfinite.NonFiniteGuard(_GUARDED)
         self._atoms = self.critic.atoms
         self._copy_targets()  # Targets start equal to the online networks (step 0).
 
@@ -166,26 +177,33 @@ class D4PGLearner(core.Learner):
     def _step_fn(self, batch) -> Dict[str, tf.Tensor]:
         """One learner step on this replica's batch (see module docstring)."""
         critic_loss, policy_loss, mean_q, critic_grads, policy_grads = self._grads_fn(tuple(batch))
-        # One all-reduce call for both gradient lists: one collective launch.
-        critic_grads, policy_grads = replication.all_reduce(
-            [list(critic_grads), list(policy_grads)], "mean")
+        # One all-reduce call for both gradient lists and the two losses (for
+        # the NaN guard: a non-finite loss on any replica makes the mean so).
+        critic_grads, policy_grads, mean_losses = replication.all_reduce(
+            [list(critic_grads), list(policy_grads), tf.stack([critic_loss, policy_loss])], "mean")
         critic_norm = tf.linalg.global_norm(critic_grads)
+        policy_norm = tf.linalg.global_norm(policy_grads)
         if self._config.clipping:
             clip = self._config.max_gradient_norm
             critic_grads, _ = tf.clip_by_global_norm(critic_grads, clip, use_norm=critic_norm)
-            policy_grads, _ = tf.clip_by_global_norm(policy_grads, clip)
-        self.critic_optimizer.apply_gradients(
-            zip(critic_grads, self.critic.trainable_variables), skip_gradients_aggregation=True)
-        self.policy_optimizer.apply_gradients(
-            zip(policy_grads, self.policy.trainable_variables), skip_gradients_aggregation=True)
+            policy_grads, _ = tf.clip_by_global_norm(policy_grads, clip, use_norm=policy_norm)
+        self._guard.apply_if_finite([mean_losses[0], mean_losses[1], critic_norm, policy_norm],
+                                    self.step_counter, self._apply, critic_grads, policy_grads)
+        return {"critic_loss": critic_loss, "policy_loss": policy_loss, "mean_q": mean_q,
+                "critic_grad_norm": critic_norm}
+
+    def _apply(self, strategy, critic_grads, policy_grads) -> None:
+        """The update, in cross-replica context; the NaN guard runs it only when all is finite."""
+        apply_gradients_cross_replica(self.critic_optimizer, strategy,
+                                      zip(critic_grads, self.critic.trainable_variables))
+        apply_gradients_cross_replica(self.policy_optimizer, strategy,
+                                      zip(policy_grads, self.policy.trainable_variables))
         # Nothing else orders the counter after the updates inside tf.function,
         # and its value labels the weights actors pull: read the updated
         # variables first so version v always means v steps applied.
         updated = self.policy.trainable_variables + self.critic.trainable_variables
         with tf.control_dependencies([v.read_value() for v in updated]):
             self.step_counter.assign_add(1)
-        return {"critic_loss": critic_loss, "policy_loss": policy_loss, "mean_q": mean_q,
-                "critic_grad_norm": critic_norm}
 
     def _copy_targets(self) -> None:
         # Cross-replica context: assigning a mirrored variable updates every copy.
@@ -200,7 +218,9 @@ class D4PGLearner(core.Learner):
         Returns the last step's metrics (replica means) and ``learner_steps``.
 
         Raises:
-          FloatingPointError: a loss became NaN/Inf (weights are then garbage).
+          FloatingPointError: a loss or gradient was NaN/Inf at some step; that
+            step and every later one were skipped, so the weights are those
+            of the step before (see the module docstring).
           ReplayTimeoutError: replay ran dry past the rate-limiter timeout, or
             the replay server stopped answering.
         """
@@ -210,14 +230,9 @@ class D4PGLearner(core.Learner):
             self._copy_fn()  # Hard update before the step at a multiple of the period.
         n = min(self._steps_per_call, period - start % period)
         metrics = self._run(n)
+        self._guard.raise_if_tripped("D4PG", _FIXES)
         out = {k: float(v) for k, v in metrics.items()}
-        end = start + n
-        for name in ("critic_loss", "policy_loss"):
-            if not math.isfinite(out[name]):
-                raise FloatingPointError(
-                    f"non-finite {name.replace('_', ' ')} at learner step {end}; "
-                    f"lower --{name.split('_')[0]}-learning-rate or check rewards")
-        out["learner_steps"] = float(end)
+        out["learner_steps"] = float(start + n)
         return out
 
     def _run(self, n: int) -> Dict[str, tf.Tensor]:

@@ -6,6 +6,12 @@ follows the platform's gradient convention (see
 ``rlplat.replication.replicator``): the per-replica MEAN loss, gradients
 averaged with ``all_reduce(grads, "mean")``, and
 ``apply_gradients(..., skip_gradients_aggregation=True)``.
+
+NaN guard (``rlplat.utils.nonfinite``), as the RL learners: a step whose
+loss (replica mean) or gradient norm is NaN/Inf is not applied, nor is any
+later one of the call; batch norm's moving statistics, which the forward pass
+updates before the loss is known, are put back too. ``train`` then raises
+``FloatingPointError`` naming the step; the model is that of the step before.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from agents.supervised import data
 from agents.supervised import networks
 from agents.supervised.config import SupervisedConfig
 from rlplat import replication
+from rlplat.utils import nonfinite
+from rlplat.utils.optimizers import apply_gradients_cross_replica
 
 
 class SupervisedLearner:
@@ -45,12 +53,17 @@ class SupervisedLearner:
             self.step_counter = tf.Variable(
                 0, dtype=tf.int64, trainable=False, name="step",
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+            self._guard = nonfinite.NonFiniteGuard(("loss", "gradient"))
         self._held_out = None
 
     # ------------------------------------------------------------------ train
     def step_fn(self, batch) -> Dict[str, tf.Tensor]:
         """One gradient step on this replica's batch ``(x [b, 64], y [b])``."""
         x, y = batch
+        # The forward pass moves batch norm's moving statistics (this
+        # replica's copies) before the loss is known: keep them to put back.
+        statistics = self.model.non_trainable_variables
+        before = [v.read_value() for v in statistics]
         with tf.GradientTape() as tape:
             logits = self.model(x, training=True)
             # Per-replica MEAN loss: with equal per-replica batches the mean of
@@ -58,18 +71,30 @@ class SupervisedLearner:
             loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
                 y, logits, from_logits=True))
         variables = self.model.trainable_variables
-        grads = replication.all_reduce(tape.gradient(loss, variables), "mean")
-        self.optimizer.apply_gradients(zip(grads, variables), skip_gradients_aggregation=True)
-        self.step_counter.assign_add(1)
+        grads, mean_loss = replication.all_reduce([tape.gradient(loss, variables), loss], "mean")
+        applied = self._guard.apply_if_finite([mean_loss, tf.linalg.global_norm(grads)],
+                                              self.step_counter, self._apply, grads)
+        for variable, value in zip(statistics, before):
+            variable.assign(tf.where(applied, variable.read_value(), value))
         return {"loss": loss, "accuracy": _accuracy(logits, y)}
+
+    def _apply(self, strategy, grads) -> None:
+        """The update, in cross-replica context; the NaN guard runs it only when all is finite."""
+        apply_gradients_cross_replica(self.optimizer, strategy, zip(grads, self.model.trainable_variables))
+        self.step_counter.assign_add(1)
 
     def train(self, iterator: Iterator, num_steps: int) -> Dict[str, float]:
         """Runs ``num_steps`` steps in one ``tf.function`` call.
 
         Returns the last step's loss and accuracy, averaged over replicas
         (i.e. over the global batch).
+
+        Raises:
+          FloatingPointError: a step's loss or gradient was NaN/Inf; it and
+            the rest of the call were skipped (the model is the step before's).
         """
         metrics = self._repl.run_steps(self.step_fn, iterator, num_steps)
+        self._guard.raise_if_tripped("supervised", {"*": "lower --learning-rate or check the data"})
         return {k: float(v) for k, v in metrics.items()}
 
     # ------------------------------------------------------------------- eval

@@ -12,6 +12,12 @@ variables), so EVERY worker calls ``save``; only the chief keeps the files.
 A non-chief worker writes into a fresh temporary directory that is deleted
 at once. Every worker restores from the chief's ``directory`` (a shared file
 system or bucket).
+
+Never a non-finite checkpoint: ``save`` first checks every floating-point
+variable it would write and refuses (``FloatingPointError``, nothing written)
+if one holds NaN or Inf, so the newest checkpoint is always one to go back to.
+The learners' NaN guard (``rlplat.utils.nonfinite``) keeps weights finite in
+the first place; this is the last line.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import shutil
 import tempfile
 from typing import Optional
 
+import numpy as np
 import tensorflow as tf
 
 _PREFIX = "ckpt"
@@ -57,8 +64,17 @@ class Checkpointer:
                 self._checkpoint, directory, max_to_keep=max_to_keep, checkpoint_name=_PREFIX)
 
     def save(self, step: int) -> Optional[str]:
-        """Saves at ``step``; returns the chief's checkpoint path (None on other workers)."""
+        """Saves at ``step``; returns the chief's checkpoint path (None on other workers).
+
+        Raises:
+          FloatingPointError: a variable holds NaN/Inf; nothing was written.
+        """
         step = int(step)
+        bad = first_nonfinite_variable(self._checkpoint)
+        if bad is not None:
+            raise FloatingPointError(
+                f"refusing to save checkpoint {_PREFIX}-{step}: variable {bad!r} holds NaN/Inf; "
+                f"the newest checkpoint in {self.directory} is the last finite state")
         if self._manager is not None:
             return self._manager.save(checkpoint_number=step)
         scratch = tempfile.mkdtemp(prefix=f"rlplat-worker-ckpt-{step}-")
@@ -84,6 +100,23 @@ class Checkpointer:
             return None
         self._checkpoint.restore(path).assert_existing_objects_matched()
         return step_of(path)
+
+
+def first_nonfinite_variable(root) -> Optional[str]:
+    """The name of the first floating-point variable under ``root`` holding NaN/Inf, or None.
+
+    ``root`` is any trackable (a ``tf.train.Checkpoint``, a model, ...); every
+    variable a checkpoint of it would hold is read (on every worker alike,
+    since reading a sync-on-read variable may run a collective, as saving does).
+    """
+    seen = set()
+    for obj in tf.train.TrackableView(root).descendants():
+        if not isinstance(obj, tf.Variable) or not obj.dtype.is_floating or id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        if not np.all(np.isfinite(obj.numpy())):
+            return obj.name
+    return None
 
 
 def step_of(path: str) -> int:

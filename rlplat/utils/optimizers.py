@@ -29,3 +29,33 @@ class FusedAdam(tf.keras.optimizers.Adam):  # pylint: disable=abstract-method
             beta1_power=tf.pow(beta_1, step), beta2_power=tf.pow(beta_2, step),
             lr=tf.cast(self.learning_rate, dtype), beta1=beta_1, beta2=beta_2,
             epsilon=tf.cast(self.epsilon, dtype), grad=gradient)
+
+
+def apply_gradients_cross_replica(optimizer: tf.keras.optimizers.Optimizer,
+                                  strategy: tf.distribute.Strategy, grads_and_vars) -> tf.Tensor:
+    """``optimizer.apply_gradients(..., skip_gradients_aggregation=True)`` from cross-replica context.
+
+    What Keras 2's ``apply_gradients`` runs inside its ``merge_call``: each
+    variable's update on every device (per-replica gradients are taken as
+    they are: all-reduce them first), then ``iterations += 1``. Usable where
+    ``apply_gradients`` is not, e.g. in a ``tf.cond`` inside a ``merge_call``
+    (``rlplat.utils.nonfinite``). The Keras features applied outside that
+    function (learning-rate schedules, gradient clipping, weight decay, EMA)
+    are refused rather than silently skipped.
+    """
+    if not isinstance(optimizer, tf.keras.optimizers.Optimizer) or not hasattr(
+            optimizer, "_distributed_apply_gradients_fn"):
+        raise TypeError(f"apply_gradients_cross_replica needs a Keras 2 optimizer "
+                        f"(got {type(optimizer).__name__})")
+    unsupported = [name for name in ("clipnorm", "clipvalue", "global_clipnorm", "weight_decay")
+                   if getattr(optimizer, name, None)]
+    if getattr(optimizer, "use_ema", False):
+        unsupported.append("use_ema")
+    if isinstance(getattr(optimizer, "_learning_rate", None),
+                  tf.keras.optimizers.schedules.LearningRateSchedule):
+        unsupported.append("a learning-rate schedule")
+    if unsupported:
+        raise NotImplementedError(f"apply_gradients_cross_replica does not support {unsupported}; "
+                                  "clip or decay in the step instead")
+    return optimizer._distributed_apply_gradients_fn(  # pylint: disable=protected-access
+        strategy, list(grads_and_vars))

@@ -25,6 +25,7 @@ def _weights(learner):
     return [v.numpy() for v in learner.model.variables]
 
 
+@pytest.mark.slow
 def test_two_replicas_reach_97_percent_held_out(tmp_path):
     config = SupervisedConfig(num_steps=300, eval_period=100, checkpoint_period=300)
     summary = train.train(config, num_replicas=2, logdir=str(tmp_path), progress=False)
@@ -35,6 +36,7 @@ def test_two_replicas_reach_97_percent_held_out(tmp_path):
     assert evals[-1]["held_out_accuracy"] == pytest.approx(summary["held_out_accuracy"])
 
 
+@pytest.mark.slow
 def test_one_and_two_replicas_train_alike_with_sync_batch_norm():
     # Same global batch (the stream is replica-count independent), batch
     # statistics over the global batch, mean of per-replica mean gradients:
@@ -47,6 +49,7 @@ def test_one_and_two_replicas_train_alike_with_sync_batch_norm():
     assert one.step == two.step == 100
 
 
+@pytest.mark.slow
 def test_per_replica_batch_norm_makes_the_replica_count_matter():
     # The contrast that shows the check above can fail: without synchronized
     # batch norm each replica normalizes over half the batch.
@@ -68,6 +71,7 @@ def _restore(config, logdir, num_replicas=1):
     return learner, step
 
 
+@pytest.mark.slow
 def test_resume_continues_steps_optimizer_data_and_logs(tmp_path):
     resumed, straight = str(tmp_path / "resumed"), str(tmp_path / "straight")
     train.train(_small(40), num_replicas=2, logdir=resumed, progress=False)
