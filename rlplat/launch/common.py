@@ -27,6 +27,11 @@ class Parser(argparse.ArgumentParser):
         fail(f"{message} (see `{self.prog} --help`)")
 
 
+def flag_name(field: str) -> str:
+    """The command-line flag of a config field: ``min_replay_size`` -> ``--min-replay-size``."""
+    return "--" + field.replace("_", "-")
+
+
 def fail(message: str) -> NoReturn:
     """Prints a one-line usage error and exits with code 2."""
     sys.stderr.write(f"rlplat: error: {message}\n")

@@ -3,17 +3,24 @@
 Every RL agent takes the same run flags (where to run, how long, logs,
 placement); only its config flags and its builder differ. A trainer module
 calls ``add_run_flags`` plus ``common.add_config_flags`` in ``add_arguments``
-and ``run_agent`` in ``run``.
+and, in ``run``: ``check_run_args`` (flags and ``--logdir``), its config,
+``check_config`` (batch split, ``--resume`` against the run's config.json),
+``check_env`` (name, and the agent's action kind), then ``run_agent``.
+
+Every bad input is refused by these checks with one line and exit code 2
+before Ray starts and before the run directory is created: cheap checks
+first, the environment (dm_control, ~2 s) last.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-from typing import Any, Callable, Dict, Optional
+import math
+from typing import Any, Callable, Dict, Optional, Sequence
 
 from rlplat.launch import common
+from rlplat.launch import preflight
 
 
 def add_run_flags(parser: argparse.ArgumentParser, agent: str, default_env: str,
@@ -57,7 +64,10 @@ def add_run_flags(parser: argparse.ArgumentParser, agent: str, default_env: str,
 
 
 def check_run_args(args: argparse.Namespace, agent: str) -> str:
-    """Checks every run flag before Ray or TF start; returns the logdir.
+    """Checks every run flag and ``--logdir`` before Ray or TF start; returns the logdir.
+
+    Reads the file system only (no environment, no TensorFlow): see
+    ``check_config`` and ``check_env`` for the rest.
 
     Raises:
       common.UsageError: one line naming the flag to fix.
@@ -68,29 +78,97 @@ def check_run_args(args: argparse.Namespace, agent: str) -> str:
                                     f"(got {getattr(args, flag)})")
     if args.num_learner_replicas is not None and args.num_learner_replicas < 1:
         raise common.UsageError(f"--num-learner-replicas must be >= 1 (got {args.num_learner_replicas})")
+    if args.num_learner_workers > 1 and args.num_learner_replicas not in (None, 1):
+        raise common.UsageError(
+            f"--num-learner-replicas {args.num_learner_replicas} cannot be combined with "
+            f"--num-learner-workers {args.num_learner_workers}: each learner worker uses all of its "
+            "node's GPUs (or its CPU); drop --num-learner-replicas")
     if args.max_actor_steps is not None and args.max_actor_steps < 1:
         raise common.UsageError(f"--max-actor-steps must be >= 1 (got {args.max_actor_steps}); "
                                 "leave it out to run until interrupted")
-    if args.eval_period <= 0 or args.checkpoint_period <= 0:
-        raise common.UsageError("--eval-period and --checkpoint-period must be > 0 seconds")
+    if args.seed < 0:
+        raise common.UsageError(f"--seed must be >= 0 (got {args.seed})")
+    for flag in ("eval_period", "checkpoint_period"):
+        value = getattr(args, flag)
+        if not 0 < value < math.inf:
+            raise common.UsageError(f"--{flag.replace('_', '-')} must be a number of seconds > 0 "
+                                    f"(got {value:g})")
     if args.eval_every_steps is not None and args.eval_every_steps < 1:
         raise common.UsageError(f"--eval-every-steps must be >= 1 (got {args.eval_every_steps}); "
                                 "leave it out to evaluate every --eval-period seconds")
+    if args.target_eval_return is not None and not math.isfinite(args.target_eval_return):
+        raise common.UsageError(f"--target-eval-return must be a finite number "
+                                f"(got {args.target_eval_return:g}); leave it out to never stop early")
     if args.address not in (None, "auto") and not _looks_like_host_port(args.address):
         raise common.UsageError(f"--address must be 'auto' or HOST:PORT (got {args.address!r}); "
                                 "e.g. --address 127.0.0.1:6379")
-    from envs import suite  # pylint: disable=g-import-not-at-top  (dm_control, no TF)
-
-    try:
-        suite.check_name(args.env)
-    except ValueError as e:
-        raise common.UsageError(str(e)) from None
+    common.placement_from_args(args)
     logdir = common.check_run_flags(
         argparse.Namespace(num_replicas=args.num_learner_replicas, resume=args.resume,
                            logdir=args.logdir), agent)
-    if args.resume and not os.path.isdir(logdir):
-        raise common.UsageError(f"--resume: no run directory {logdir!r}; check --logdir")
+    preflight.check_logdir(logdir, args.resume)
     return logdir
+
+
+def check_config(args: argparse.Namespace, logdir: str, agent: str, config: Any,
+                 shape_fields: Sequence[str]) -> None:
+    """The agent config against the run flags: the batch split, and ``--resume`` against the run.
+
+    Raises:
+      common.UsageError: the global batch does not split over the learner
+        replicas or workers, or ``--resume`` changes the agent, ``--env`` or
+        a network-shape flag (``shape_fields``) of the run in ``logdir``.
+    """
+    batch = config.global_batch_size
+    for flag, count in (("--num-learner-replicas", args.num_learner_replicas),
+                        ("--num-learner-workers", args.num_learner_workers)):
+        if count and batch % count:
+            raise common.UsageError(
+                f"--global-batch-size {batch} does not split over {flag} {count}; use a multiple "
+                f"of {count} such as {max(count, batch - batch % count)}")
+    if args.resume:
+        preflight.check_resume(logdir, agent, config.to_dict(), shape_fields, env=args.env)
+
+
+def check_env(name: str, agent: str, continuous_actions: bool = False) -> None:
+    """Checks ``--env``: a known task, and (for gym) one the adapter and the agent can use.
+
+    A ``gym:<id>`` environment is built once (gymnasium only: fast, no
+    TensorFlow) to see its spaces; control-suite tasks always have bounded
+    continuous actions and are not built.
+
+    Raises:
+      common.UsageError: unknown name (with the closest ones), unsupported
+        spaces, or discrete actions for an agent that needs continuous ones.
+    """
+    from envs import suite  # pylint: disable=g-import-not-at-top  (dm_control, no TF)
+
+    try:
+        suite.check_name(name)
+    except ValueError as e:
+        raise common.UsageError(str(e)) from None
+    if not name.startswith("gym:"):
+        return
+    import warnings  # pylint: disable=g-import-not-at-top
+
+    import envs  # pylint: disable=g-import-not-at-top
+    from dm_env import specs  # pylint: disable=g-import-not-at-top
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # gymnasium's deprecation notes are not errors
+            environment = envs.make_environment(name, seed=0)
+            try:
+                actions = environment.action_spec()
+            finally:
+                environment.close()
+    except ValueError as e:
+        raise common.UsageError(f"--env {name}: {e}") from None
+    if continuous_actions and isinstance(actions, specs.DiscreteArray):
+        raise common.UsageError(
+            f"{agent.upper()} needs continuous actions, but --env {name} has {actions.num_values} "
+            f"discrete actions; train it with `rlplat train impala --env {name}`, or pick a continuous task "
+            "such as cartpole:swingup or gym:Pendulum-v1")
 
 
 def _looks_like_host_port(address: str) -> bool:
@@ -105,7 +183,31 @@ def run_agent(args: argparse.Namespace, logdir: str, make_builder: Callable[[], 
     Exit codes: 0 done, 1 run failed, 2 usage (raised as UsageError), 130/143
     interrupted by SIGINT/SIGTERM (logs and checkpoints kept).
     """
-    # These import Ray; usage errors found earlier are reported before paying for that.
+    # Created only now that every check passed (and before TF and Ray load);
+    # removed again if the run stops before writing anything into it.
+    created = [] if args.resume else preflight.make_logdir(logdir)
+    try:
+        summary = _run_on_ray(args, logdir, make_builder, layout_overrides)
+    finally:
+        preflight.remove_if_empty(created)
+    if isinstance(summary, int):
+        return summary
+    eval_return = summary["eval_return"]
+    print(f"done: {summary['actor_steps']:,} actor steps, {summary['learner_steps']:,} learner steps, "
+          f"final eval return {'-' if eval_return is None else f'{eval_return:.1f}'}; logs in {logdir}",
+          flush=True)
+    return common.EXIT_OK
+
+
+def _run_on_ray(args: argparse.Namespace, logdir: str, make_builder: Callable[[], Any],
+                layout_overrides: Optional[Dict[str, Any]]):
+    """``run_on_ray`` with the run flags: its summary, or an exit code when it failed."""
+    # TensorFlow through the filter of its harmless import-time lines (the
+    # run imports it anyway), then Ray: usage errors found earlier are
+    # reported before paying for either.
+    from rlplat.utils import tf_setup  # pylint: disable=g-import-not-at-top
+
+    tf_setup.import_tensorflow()
     from rlplat.distributed import cluster  # pylint: disable=g-import-not-at-top
     from rlplat.distributed.errors import RunFailedError, RunInterrupted  # pylint: disable=g-import-not-at-top
     from rlplat.distributed.layout import RayLayoutConfig, run_on_ray  # pylint: disable=g-import-not-at-top
@@ -121,14 +223,15 @@ def run_agent(args: argparse.Namespace, logdir: str, make_builder: Callable[[], 
                                 num_learner_workers=args.num_learner_workers,
                                 **common.placement_from_args(args),
                                 **dict(layout_overrides or {}))
+        builder = make_builder()
     except ValueError as e:
         raise common.UsageError(str(e)) from None
     print(f"{'resuming' if args.resume else 'run'} in {logdir}", flush=True)
     try:
-        summary = run_on_ray(make_builder(), args.env, env_kwargs,
-                             num_actors=args.num_actors, num_learner_replicas=args.num_learner_replicas,
-                             max_actor_steps=args.max_actor_steps, logdir=logdir, seed=args.seed,
-                             resume=args.resume, address=args.address, layout=knobs)
+        return run_on_ray(builder, args.env, env_kwargs,
+                          num_actors=args.num_actors, num_learner_replicas=args.num_learner_replicas,
+                          max_actor_steps=args.max_actor_steps, logdir=logdir, seed=args.seed,
+                          resume=args.resume, address=args.address, layout=knobs)
     except (ValueError, cluster.ClusterConnectionError) as e:
         raise common.UsageError(str(e)) from None
     except RunFailedError as e:
@@ -137,8 +240,3 @@ def run_agent(args: argparse.Namespace, logdir: str, make_builder: Callable[[], 
     except RunInterrupted as e:
         sys.stderr.write(f"rlplat: {e}; logs and checkpoints in {logdir}\n")
         return e.exit_code
-    eval_return = summary["eval_return"]
-    print(f"done: {summary['actor_steps']:,} actor steps, {summary['learner_steps']:,} learner steps, "
-          f"final eval return {'-' if eval_return is None else f'{eval_return:.1f}'}; logs in {logdir}",
-          flush=True)
-    return common.EXIT_OK

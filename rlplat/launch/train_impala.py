@@ -52,17 +52,23 @@ def make_config(args: argparse.Namespace) -> IMPALAConfig:
             config = config.replace(max_policy_lag=args.max_policy_lag)
         except ValueError as e:
             raise common.UsageError(str(e)) from None
-    if args.num_learner_replicas and config.global_batch_size % args.num_learner_replicas:
-        raise common.UsageError(
-            f"--global-batch-size {config.global_batch_size} must be a multiple of "
-            f"--num-learner-replicas {args.num_learner_replicas}")
     return config
+
+
+def shape_fields(config: IMPALAConfig) -> tuple:
+    """Config fields that decide the checkpoint's variables: `--resume` may not change them."""
+    names = ["core", "layer_sizes"] + (["lstm_size"] if config.core == "lstm" else [])
+    # Fields that add or remove variables where the config has them.
+    names += [n for n in ("normalize_observations", "separate_value_network") if hasattr(config, n)]
+    return tuple(names)
 
 
 def run(args: argparse.Namespace) -> int:
     """Parsed flags -> ``run_on_ray`` -> exit code (0 done, 1 run failed, 2 usage, 130/143 signal)."""
     logdir = rl_run.check_run_args(args, AGENT)
     config = make_config(args)
+    rl_run.check_config(args, logdir, AGENT, config, shape_fields(config))
+    rl_run.check_env(args.env, AGENT)
 
     def make_builder():
         from agents.impala.builder import IMPALABuilder  # pylint: disable=g-import-not-at-top

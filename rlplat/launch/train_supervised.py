@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 
+import sys
+
 from agents.supervised.config import SupervisedConfig  # light: no TensorFlow
 from rlplat.launch import common
+from rlplat.launch import preflight
 
 NAME = "supervised"
 HELP = "train the digits classifier (scikit-learn digits, sync batch norm) on N replicas"
@@ -21,6 +24,8 @@ CONFIG_FLAGS = {
     "checkpoint_period": "steps between checkpoints",
     "synchronized_batch_norm": "batch-norm statistics over the global batch (else per replica)",
 }
+# Config fields that decide the checkpoint's variables: `--resume` may not change them.
+SHAPE_FIELDS = ("hidden_sizes",)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Everything that can be a usage error is checked before TensorFlow
-    # starts; devices are configured before any op runs.
+    # starts (flags, --logdir, --resume against the run's config.json);
+    # devices are configured before any op runs.
     logdir = common.check_run_flags(args, AGENT)
     config = common.config_from_args(SupervisedConfig, args, CONFIG_FLAGS)
     if args.num_replicas is not None:
@@ -38,13 +44,21 @@ def run(args: argparse.Namespace) -> int:
             config.check_replicas(args.num_replicas)
         except ValueError as e:
             raise common.UsageError(str(e)) from None
+    preflight.check_logdir(logdir, args.resume)
+    if args.resume:
+        preflight.check_resume(logdir, AGENT, config.to_dict(), SHAPE_FIELDS)
+    # Created only now that every check passed (and before TF loads); removed
+    # again if the run stops before writing anything into it.
+    created = [] if args.resume else preflight.make_logdir(logdir)
+    try:
+        return _train(args, config, logdir)
+    finally:
+        preflight.remove_if_empty(created)
+
+
+def _train(args: argparse.Namespace, config: SupervisedConfig, logdir: str) -> int:
     common.setup_tensorflow(args.num_replicas)
     from agents.supervised import train  # pylint: disable=g-import-not-at-top  (imports TF)
-
-    try:
-        train.check_logdir(logdir, args.resume)
-    except ValueError as e:
-        raise common.UsageError(str(e)) from None
     from rlplat.replication import ReplicationError  # pylint: disable=g-import-not-at-top
 
     print(f"{'resuming' if args.resume else 'run'} in {logdir}", flush=True)
@@ -52,6 +66,9 @@ def run(args: argparse.Namespace) -> int:
         summary = train.train(config, args.num_replicas, logdir, resume=args.resume, progress=args.progress)
     except ReplicationError as e:  # a device/cluster setting, found while building the strategy
         raise common.UsageError(str(e)) from None
+    except FloatingPointError as e:  # the NaN guard stopped the run; the weights are still finite
+        sys.stderr.write(f"rlplat: error: {e}; logs and checkpoints in {logdir}\n")
+        return common.EXIT_FAILURE
     print(f"done: step {summary['step']}, held-out accuracy {summary['held_out_accuracy']:.4f}, "
           f"{summary['seconds']:.1f} s; logs in {logdir}", flush=True)
-    return 0
+    return common.EXIT_OK

@@ -27,6 +27,7 @@ def test_missing_command_is_a_usage_error():
     assert_usage_error(run_rlplat("train", timeout=60), "AGENT")
 
 
+@pytest.mark.multiprocess  # trains in `rlplat` processes
 def test_short_run_writes_everything_and_resumes(tmp_path):
     logdir = str(tmp_path / "run")
     result = run_rlplat("train", "supervised", "--num-replicas", "2", "--num-steps", "50",
@@ -70,6 +71,7 @@ def test_ctrl_c_exits_130(monkeypatch, capsys):
     assert capsys.readouterr().err.strip() == "rlplat: interrupted"
 
 
+@pytest.mark.multiprocess  # loads every task in an `rlplat` process
 def test_real_envs_command():
     try:
         from envs import list_tasks  # noqa: F401

@@ -1,0 +1,242 @@
+"""Checks of a training command's run directory, made before TensorFlow or Ray start.
+
+Every check raises ``common.UsageError`` (one line naming the fix) and reads
+the file system only: nothing here imports TensorFlow, Ray or an agent, so a
+bad ``--logdir`` or ``--resume`` is refused in well under a second, before
+any run directory is created or touched.
+
+- ``check_logdir``: ``--logdir`` is a directory or can be created; a new run
+  never lands in a directory that already holds a run (checkpoints, or only
+  logs: ``metrics.jsonl``, ``tb/``, ``config.json``); ``--resume`` needs a
+  checkpoint.
+- ``check_resume``: ``--resume`` continues the same agent, environment and
+  network shape as the run's ``config.json`` says (anything else fails late,
+  when the checkpoint does not fit, or silently trains another task).
+- ``make_logdir`` / ``remove_if_empty``: the command creates the run
+  directory once every check passed, and removes it again if the run stops
+  before writing anything into it (no empty run directories left behind).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from rlplat.launch.common import UsageError
+
+CHECKPOINT_SUBDIR = "checkpoints"
+# What a run writes into its directory; any of them means "a run was here".
+RUN_ENTRIES = ("checkpoints", "metrics.jsonl", "tb", "config.json", "run_info.json")
+# Builder class names in run_info.json -> agent (the `rlplat train` sub-command).
+_BUILDERS = {"D4PGBuilder": "d4pg", "IMPALABuilder": "impala"}
+
+
+# ------------------------------------------------------------------ logdir
+def latest_checkpoint(directory: str) -> Optional[str]:
+    """The newest checkpoint prefix in ``directory``, as ``tf.train.latest_checkpoint`` finds it.
+
+    Reads the ``checkpoint`` state file that ``tf.train.CheckpointManager``
+    keeps, and requires the checkpoint's ``.index`` file, without importing
+    TensorFlow.
+    """
+    try:
+        with open(os.path.join(directory, "checkpoint"), encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+    match = re.search(r'^model_checkpoint_path:\s*"(.*)"\s*$', text, re.MULTILINE)
+    if not match or not match.group(1):
+        return None
+    path = match.group(1)
+    if not os.path.isabs(path):
+        path = os.path.join(directory, path)
+    return path if os.path.isfile(path + ".index") else None
+
+
+def check_logdir(logdir: str, resume: bool) -> None:
+    """Refuses a ``--logdir`` the run could not use, or one it would damage.
+
+    Raises:
+      UsageError: ``logdir`` is a file or cannot be created; ``resume`` and
+        there is no checkpoint; not ``resume`` and a run is already there.
+    """
+    if os.path.lexists(logdir) and not os.path.isdir(logdir):
+        raise UsageError(f"--logdir {logdir} is a file, not a directory; choose another --logdir")
+    if resume:
+        if not os.path.isdir(logdir):
+            raise UsageError(f"--resume: no run directory {logdir!r}; check --logdir")
+        directory = os.path.join(logdir, CHECKPOINT_SUBDIR)
+        if latest_checkpoint(directory) is None:
+            raise UsageError(f"--resume found no checkpoint in {directory}; check --logdir, or drop "
+                             "--resume and choose a new --logdir to start a new run")
+        _check_writable(logdir, logdir)
+        return
+    if os.path.isdir(logdir):
+        if latest_checkpoint(os.path.join(logdir, CHECKPOINT_SUBDIR)) is not None:
+            raise UsageError(f"{logdir} already holds a run with checkpoints; pass --resume to "
+                             "continue it or choose a new --logdir")
+        found = [name for name in RUN_ENTRIES if os.path.lexists(os.path.join(logdir, name))]
+        if found:
+            raise UsageError(f"{logdir} already holds a run's logs ({', '.join(found)}) but no "
+                             "checkpoint to resume; choose a new --logdir (or delete that one)")
+        _check_writable(logdir, logdir)
+        return
+    ancestor = _nearest_existing(logdir)
+    if not os.path.isdir(ancestor):
+        raise UsageError(f"cannot create --logdir {logdir}: {ancestor} is a file; "
+                         "choose another --logdir")
+    _check_writable(logdir, ancestor)
+
+
+def _nearest_existing(path: str) -> str:
+    path = os.path.abspath(path)
+    while not os.path.lexists(path):
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    return path
+
+
+def _check_writable(logdir: str, directory: str) -> None:
+    if not os.access(directory, os.W_OK | os.X_OK):
+        what = "write to" if os.path.abspath(directory) == os.path.abspath(logdir) else "create"
+        raise UsageError(f"cannot {what} --logdir {logdir}: no write permission in {directory}; "
+                         "choose another --logdir")
+
+
+def make_logdir(logdir: str) -> List[str]:
+    """Creates ``logdir`` (and missing parents); returns the directories it created, outermost first.
+
+    Raises:
+      UsageError: the directory cannot be created (nothing is left behind).
+    """
+    missing = []
+    path = os.path.abspath(logdir)
+    while not os.path.lexists(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    created: List[str] = []
+    try:
+        for path in reversed(missing):
+            os.mkdir(path)
+            created.append(path)
+    except OSError as e:
+        remove_if_empty(created)
+        raise UsageError(f"cannot create --logdir {logdir}: {e.strerror or e}; "
+                         "choose another --logdir") from None
+    return created
+
+
+def remove_if_empty(created: Sequence[str]) -> None:
+    """Removes the directories ``make_logdir`` created, innermost first, while they are empty."""
+    for path in reversed(list(created)):
+        try:
+            os.rmdir(path)  # fails (and stops) on anything not empty
+        except OSError:
+            return
+
+
+# ------------------------------------------------------------------ resume
+def _config_classes() -> Dict[str, tuple]:
+    """agent -> (config dataclass, nested under "agent" in config.json?); all light imports."""
+    from agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top
+    from agents.impala.config import IMPALAConfig  # pylint: disable=g-import-not-at-top
+    from agents.supervised.config import SupervisedConfig  # pylint: disable=g-import-not-at-top
+
+    return {"d4pg": (D4PGConfig, True), "impala": (IMPALAConfig, True),
+            "supervised": (SupervisedConfig, False)}
+
+
+def run_agent(logdir: str, stored: Mapping[str, Any]) -> Optional[str]:
+    """Which ``rlplat train`` agent wrote the run in ``logdir`` (config.json ``stored``), or None."""
+    try:
+        with open(os.path.join(logdir, "run_info.json"), encoding="utf-8") as f:
+            builder = json.load(f).get("builder")
+        if builder in _BUILDERS:
+            return _BUILDERS[builder]
+    except (OSError, ValueError, AttributeError):
+        pass
+    nested = stored.get("agent") if isinstance(stored.get("agent"), dict) else None
+    best, best_score = None, 0.5  # at least half the keys in common
+    for agent, (cls, is_nested) in _config_classes().items():
+        if is_nested != (nested is not None):
+            continue
+        keys = set(nested if is_nested else stored)
+        names = {f.name for f in dataclasses.fields(cls)}
+        score = len(keys & names) / max(1, len(keys | names))
+        if score > best_score:
+            best, best_score = agent, score
+    return best
+
+
+def check_resume(logdir: str, agent: str, new_config: Mapping[str, Any], shape_fields: Sequence[str],
+                 env: Optional[str] = None) -> None:
+    """Refuses ``--resume`` with another agent, environment or network shape than the run's.
+
+    Args:
+      logdir: the run directory (``check_logdir`` passed: it has a checkpoint).
+      agent: the ``rlplat train`` sub-command resuming it.
+      new_config: the new agent config as ``to_dict()`` gives it.
+      shape_fields: config fields that decide the checkpoint's variables.
+      env: the new ``--env`` (RL agents), compared with config.json's.
+
+    Raises:
+      UsageError: one line naming what to pass to continue the run.
+    """
+    path = os.path.join(logdir, "config.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            stored = json.load(f)
+        if not isinstance(stored, dict):
+            raise ValueError("not a JSON object")
+    except FileNotFoundError:
+        raise UsageError(f"--resume: {path} is missing, so the run's agent, environment and network "
+                         "cannot be checked; resume a run that rlplat wrote, or choose a new --logdir") from None
+    except (OSError, ValueError) as e:
+        raise UsageError(f"--resume: cannot read {path} ({e}); restore it from a backup, "
+                         "or choose a new --logdir") from None
+    stored_agent = run_agent(logdir, stored)
+    if stored_agent is None:
+        raise UsageError(f"--resume: {path} does not look like the config of an rlplat training run; "
+                         "check --logdir")
+    if stored_agent != agent:
+        raise UsageError(f"--resume: {logdir} holds a {stored_agent} run, not {agent}; continue it with "
+                         f"`rlplat train {stored_agent} --resume --logdir {logdir}`, or start a new "
+                         "run in another --logdir")
+    fix = "or start a new run in another --logdir"
+    if env is not None and stored.get("env") is not None and stored["env"] != env:
+        raise UsageError(f"--resume: {logdir} was trained on --env {stored['env']}, not {env}; "
+                         f"pass --env {stored['env']} to continue it, {fix}")
+    old = stored.get("agent") if isinstance(stored.get("agent"), dict) else stored
+    for name in shape_fields:
+        if name not in old or name not in new_config:
+            continue  # a run from before the field existed: nothing to compare with
+        was, now = _normalise(old[name]), _normalise(new_config[name])
+        if was != now:
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(f"--resume: {logdir} was trained with {flag} {_show(was)}, not "
+                             f"{_show(now)}, and its checkpoint fits only that network; pass "
+                             f"{_flag_value(flag, was)} to continue it, {fix}")
+
+
+def _normalise(value: Any) -> Any:
+    return tuple(value) if isinstance(value, (list, tuple)) else value
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def _flag_value(flag: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return flag if value else "--no-" + flag[2:]
+    return f"{flag} {_show(value)}"

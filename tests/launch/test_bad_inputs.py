@@ -1,0 +1,185 @@
+"""The bad-input matrix: every bad `rlplat train` input is refused at once, cleanly, touching nothing.
+
+Each case runs the `rlplat` command as a user would (no TF_CPP_MIN_LOG_LEVEL
+in the environment) and must give: exit code 2; exactly one line on stderr,
+`rlplat: error: ...`, naming the fix, with nothing before it (no TensorFlow
+start-up lines, no traceback) and nothing on stdout; an answer within 15 s;
+no Ray (a stand-in `ray` package that fails on import is first on the path);
+and no change under the test's directory: the real D4PG and supervised runs
+made once for this module (their config.json, checkpoints, logs: names,
+sizes, mtimes and hashes) and no new directory anywhere (an empty run
+directory left behind counts).
+"""
+
+import hashlib
+import json
+import os
+
+import pytest
+
+from cli_testlib import run_rlplat_as_user
+
+# Every case starts an `rlplat` process, and the module's fixture trains real
+# D4PG (Ray) and supervised runs: not for scripts/test.sh --fast.
+pytestmark = pytest.mark.multiprocess
+
+TIME_LIMIT_S = 15.0
+ERROR_PREFIX = "rlplat: error: "
+NO_RAY = "stand-in ray: a bad input must be refused before Ray is imported"
+
+# A real D4PG run, as small as a run gets (Ray, 1 actor, a final checkpoint).
+D4PG_RUN = ["train", "d4pg", "--max-actor-steps", "300", "--num-actors", "1",
+            "--policy-layer-sizes", "32,32", "--critic-layer-sizes", "32,32",
+            "--global-batch-size", "32", "--min-replay-size", "32", "--samples-per-insert", "1",
+            "--eval-episodes", "1"]
+SUPERVISED_RUN = ["train", "supervised", "--num-steps", "2", "--hidden-sizes", "16",
+                  "--log-period", "1", "--eval-period", "1", "--checkpoint-period", "1", "--no-progress"]
+
+D4PG, IMPALA, SUP = ("train", "d4pg"), ("train", "impala"), ("train", "supervised")
+
+# (case id, argv with {placeholders}, fragments the error line must contain).
+# {run}: the D4PG run; {sup}: the supervised run; {file}: a plain file;
+# {logs}: a directory with a metrics.jsonl and no checkpoint; {base}: the test's directory.
+CASES = [
+    # --logdir that cannot be used
+    ("logdir-is-a-file", [*D4PG, "--logdir", "{file}"], ["--logdir", "is a file"]),
+    ("logdir-under-a-file", [*D4PG, "--logdir", "{file}/run"], ["cannot create --logdir", "is a file"]),
+    ("logdir-name-too-long", [*D4PG, "--logdir", "{base}/" + "x" * 300], ["cannot create --logdir"]),
+    ("logdir-in-proc", [*D4PG, "--logdir", "/proc/rlplat-run"], ["cannot create --logdir"]),
+    ("supervised-logdir-is-a-file", [*SUP, "--logdir", "{file}"], ["is a file"]),
+    # a directory that already holds a run, or none to resume
+    ("new-run-on-a-run", [*D4PG, "--logdir", "{run}"], ["already holds a run", "--resume"]),
+    ("new-run-on-logs-only", [*D4PG, "--logdir", "{logs}"], ["metrics.jsonl", "no checkpoint", "--logdir"]),
+    ("impala-new-run-on-logs-only", [*IMPALA, "--logdir", "{logs}"], ["metrics.jsonl", "new --logdir"]),
+    ("supervised-new-run-on-a-run", [*SUP, "--logdir", "{sup}"], ["already holds a run", "--resume"]),
+    ("resume-logs-only", [*D4PG, "--resume", "--logdir", "{logs}"], ["--resume found no checkpoint"]),
+    ("resume-missing-dir", [*D4PG, "--resume", "--logdir", "{base}/missing"], ["--resume", "no run directory"]),
+    ("resume-without-logdir", [*D4PG, "--resume"], ["--resume needs --logdir"]),
+    # --resume against the run's config.json
+    ("resume-other-env", [*D4PG, "--resume", "--logdir", "{run}", "--env", "walker:walk",
+                          "--policy-layer-sizes", "32,32", "--critic-layer-sizes", "32,32"],
+     ["trained on --env cartpole:swingup", "not walker:walk", "pass --env cartpole:swingup"]),
+    ("resume-default-network", [*D4PG, "--resume", "--logdir", "{run}"],
+     ["--policy-layer-sizes 32,32", "not 256,256,256"]),
+    ("resume-other-critic", [*D4PG, "--resume", "--logdir", "{run}", "--policy-layer-sizes", "32,32",
+                             "--critic-layer-sizes", "64,64"], ["pass --critic-layer-sizes 32,32"]),
+    ("resume-d4pg-with-impala", [*IMPALA, "--resume", "--logdir", "{run}"],
+     ["holds a d4pg run, not impala", "rlplat train d4pg --resume"]),
+    ("resume-d4pg-with-supervised", [*SUP, "--resume", "--logdir", "{run}"], ["holds a d4pg run"]),
+    ("resume-supervised-with-d4pg", [*D4PG, "--resume", "--logdir", "{sup}"], ["holds a supervised run"]),
+    ("resume-supervised-other-network", [*SUP, "--resume", "--logdir", "{sup}", "--hidden-sizes", "32"],
+     ["pass --hidden-sizes 16"]),
+    # batch split, replay rate limiter
+    ("batch-over-3-replicas", [*D4PG, "--num-learner-replicas", "3"],
+     ["--global-batch-size 256", "multiple of 3"]),
+    ("batch-over-3-workers", [*D4PG, "--num-learner-workers", "3"], ["--num-learner-workers 3", "multiple of 3"]),
+    ("replicas-and-workers", [*D4PG, "--num-learner-replicas", "2", "--num-learner-workers", "2"],
+     ["cannot be combined"]),
+    ("impala-batch-over-3-replicas", [*IMPALA, "--num-learner-replicas", "3"],
+     ["--global-batch-size", "multiple of 3"]),
+    ("supervised-batch-over-3", [*SUP, "--num-replicas", "3"], ["--global-batch-size", "multiple of 3"]),
+    ("min-replay-below-batch", [*D4PG, "--min-replay-size", "100"],
+     ["--min-replay-size=100", "--global-batch-size=256"]),
+    ("tiny-samples-per-insert", [*D4PG, "--samples-per-insert", "0.001"],
+     ["would stall the learner", "--samples-per-insert >= 0.256"]),
+    ("huge-samples-per-insert", [*D4PG, "--samples-per-insert", "1e9"], ["would stall the actors"]),
+    ("max-replay-below-min", [*D4PG, "--max-replay-size", "500"], ["--max-replay-size"]),
+    ("impala-queue-below-batch", [*IMPALA, "--queue-size", "4"], ["--queue-size"]),
+    # environments
+    ("d4pg-discrete-gym", [*D4PG, "--env", "gym:CartPole-v1"],
+     ["needs continuous actions", "rlplat train impala --env gym:CartPole-v1"]),
+    ("env-typo", [*D4PG, "--env", "cartpol:swingup"], ["did you mean: cartpole:swingup"]),
+    ("env-malformed", [*D4PG, "--env", "walker"], ["expected 'domain:task'"]),
+    ("impala-gym-typo", [*IMPALA, "--env", "gym:CartPol-v1"], ["did you mean: gym:CartPole-v1"]),
+    # plain flags
+    ("zero-actors", [*D4PG, "--num-actors", "0"], ["--num-actors must be >= 1"]),
+    ("zero-actor-steps", [*D4PG, "--max-actor-steps", "0"], ["--max-actor-steps"]),
+    ("negative-seed", [*D4PG, "--seed", "-1"], ["--seed must be >= 0"]),
+    ("zero-eval-period", [*D4PG, "--eval-period", "0"], ["--eval-period"]),
+    ("nan-checkpoint-period", [*D4PG, "--checkpoint-period", "nan"], ["--checkpoint-period"]),
+    ("infinite-target-return", [*D4PG, "--target-eval-return", "inf"], ["--target-eval-return"]),
+    ("zero-eval-every-steps", [*D4PG, "--eval-every-steps", "0"], ["--eval-every-steps"]),
+    ("bad-address", [*D4PG, "--address", "nowhere"], ["--address must be"]),
+    ("zero-actor-resource", [*D4PG, "--actor-resources", "actor=0"], ["actor must be > 0"]),
+    ("zero-learner-cpus", [*D4PG, "--learner-cpus", "0"], ["--learner-cpus must be > 0"]),
+    ("zero-batch", [*D4PG, "--global-batch-size", "0"], ["--global-batch-size"]),
+    ("discount-above-1", [*D4PG, "--discount", "1.5"], ["--discount"]),
+    ("nan-learning-rate", [*D4PG, "--policy-learning-rate", "nan"], ["--policy-learning-rate", "finite"]),
+    ("bad-layer-sizes", [*D4PG, "--policy-layer-sizes", "64,x"], ["--policy-layer-sizes"]),
+    ("bad-torso-init", [*D4PG, "--torso-init", "orthogonal"], ["--torso-init"]),
+    ("unknown-flag", [*D4PG, "--no-such-flag"], ["--no-such-flag"]),
+    ("impala-bad-core", [*IMPALA, "--core", "gru"], ["--core mlp or --core lstm"]),
+    ("impala-negative-lag", [*IMPALA, "--max-policy-lag", "-1"], ["--max-policy-lag"]),
+    ("supervised-bad-steps", [*SUP, "--num-steps", "ten"], ["--num-steps"]),
+    ("no-agent", ["train"], ["AGENT"]),
+]
+
+
+def _snapshot(root):
+    """Every directory, and every file's (size, mtime, sha256), under ``root``."""
+    dirs, files = set(), {}
+    for here, subdirs, names in os.walk(root):
+        dirs.update(os.path.relpath(os.path.join(here, d), root) for d in subdirs)
+        for name in names:
+            path = os.path.join(here, name)
+            stat = os.stat(path)
+            with open(path, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()
+            files[os.path.relpath(path, root)] = (stat.st_size, stat.st_mtime_ns, digest)
+    return dirs, files
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """The test's directory: two real runs, a file, a logs-only directory, a clean cwd, no Ray."""
+    base = tmp_path_factory.mktemp("bad-inputs")
+    cwd = base / "cwd"  # default run directories (runs/<agent>-<time>) would land here
+    cwd.mkdir()
+    for name, argv in (("d4pg-run", D4PG_RUN), ("supervised-run", SUPERVISED_RUN)):
+        result, _ = run_rlplat_as_user(*argv, "--logdir", str(base / name), cwd=str(cwd), timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+    for name in ("d4pg-run", "supervised-run"):
+        assert os.path.exists(base / name / "config.json")
+        assert any(f.endswith(".index") for f in os.listdir(base / name / "checkpoints"))
+    (base / "a-file").write_text("not a directory\n")
+    (base / "logs-only").mkdir()
+    (base / "logs-only" / "metrics.jsonl").write_text(json.dumps({"step": 1, "role": "learner"}) + "\n")
+    stand_in = tmp_path_factory.mktemp("no-ray")  # outside `base`: not part of the snapshot
+    (stand_in / "ray").mkdir()
+    (stand_in / "ray" / "__init__.py").write_text(f"raise ImportError({NO_RAY!r})\n")
+    places = {"run": base / "d4pg-run", "sup": base / "supervised-run", "file": base / "a-file",
+              "logs": base / "logs-only", "base": base}
+    world = {"base": str(base), "cwd": str(cwd), "stand_in": str(stand_in),
+             "places": {k: str(v) for k, v in places.items()}, "timings": []}
+    yield world
+    # The matrix as a table (shown with `pytest -s`).
+    print(f"\n{'case':<34} {'exit':>4} {'seconds':>8}")
+    for case, code, seconds in world["timings"]:
+        print(f"{case:<34} {code:>4} {seconds:>8.2f}")
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("case, argv, fragments", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_refused_at_once_with_one_line_and_nothing_touched(world, case, argv, fragments):
+    args = [a.format(**world["places"]) for a in argv]
+    before = _snapshot(world["base"])
+    result, seconds = run_rlplat_as_user(*args, cwd=world["cwd"], extra_path=world["stand_in"])
+    world["timings"].append((case, result.returncode, seconds))
+    lines = result.stderr.splitlines()
+    assert NO_RAY not in result.stderr, f"{case}: Ray was imported before the input was refused"
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert len(lines) == 1 and lines[0].startswith(ERROR_PREFIX), result.stderr[-3000:]
+    assert result.stdout == "", result.stdout
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    assert seconds < TIME_LIMIT_S, f"{case}: refused after {seconds:.1f} s"
+    after = _snapshot(world["base"])
+    assert after[0] == before[0], f"directories changed: {after[0] ^ before[0]}"
+    assert after[1] == before[1], "files changed: " + str(
+        sorted(k for k in set(after[1]) | set(before[1]) if after[1].get(k) != before[1].get(k)))
+
+
+def test_matrix_has_30_cases_or_more():
+    assert len(CASES) >= 30 and len({c[0] for c in CASES}) == len(CASES)
