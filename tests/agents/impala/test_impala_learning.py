@@ -92,6 +92,8 @@ def test_two_replicas_match_one_replica_with_uneven_padding():
 
 
 def test_baseline_loss_falls_on_a_fixed_batch():
+    # Seeded: from an unseeded init the loss ratio after 100 steps was once 0.26.
+    tf.keras.utils.set_random_seed(0)
     config = small_config(learning_rate=3e-3, entropy_cost=0.0)
     # Every transition terminal: the V-trace target of V(x_s) is r_s whatever
     # the ratios, a fixed regression target the value head must fit.
