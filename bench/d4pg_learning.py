@@ -20,9 +20,9 @@ wall time) from every variant recorded in results/runs/.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -122,17 +122,13 @@ def run_one(args, overrides, seed):
 
 def write_report(out_dir):
     """Rebuilds d4pg_learning.json/.png from every recorded seed of every variant."""
-    variants = {}
-    for path in sorted(glob.glob(seeds_lib.run_path(out_dir, BENCH, "*", 0).replace("seed0", "seed*"))):
-        with open(path) as f:
-            record = json.load(f)
-        variants.setdefault(record["variant"], []).append(record)
+    variants = seeds_lib.recorded_variants(out_dir, BENCH)
     report = {"benchmark": BENCH, "variants": {}, "machine": seeds_lib.machine()}
     for name, records in sorted(variants.items()):
         settings = records[0]["settings"]
         records = [r for r in records if r["settings"] == settings]
         summary = seeds_lib.summarise(records, settings["target"], settings["max_actor_steps"])
-        summary["env_steps_per_s_median"] = seeds_lib.statistics.median(r["env_steps_per_s"] for r in records)
+        summary["env_steps_per_s_median"] = statistics.median(r["env_steps_per_s"] for r in records)
         report["variants"][name] = {"settings": settings, "summary": summary,
                                     "machines": sorted({r["machine"]["cpu_model"] for r in records}),
                                     "seeds": [{"seed": r["seed"], "eval_curve": r["eval_curve"],

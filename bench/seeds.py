@@ -44,6 +44,20 @@ def run_path(out_dir: str, bench: str, variant: str, seed: int) -> str:
     return os.path.join(out_dir, "runs", f"{bench}-{variant}-seed{seed}.json")
 
 
+def recorded_variants(out_dir: str, bench: str) -> Dict[str, List[Dict[str, Any]]]:
+    """Every seed record of ``bench`` under ``out_dir``, grouped by variant (seed order)."""
+    import glob  # pylint: disable=g-import-not-at-top
+
+    variants: Dict[str, List[Dict[str, Any]]] = {}
+    for path in sorted(glob.glob(os.path.join(out_dir, "runs", f"{bench}-*-seed*.json"))):
+        with open(path) as f:
+            record = json.load(f)
+        variants.setdefault(record["variant"], []).append(record)
+    for records in variants.values():
+        records.sort(key=lambda r: r["seed"])
+    return variants
+
+
 def run_seeds(out_dir: str, bench: str, variant: str, seeds: Sequence[int], settings: Dict[str, Any],
               run_one: Callable[[int], Dict[str, Any]], reuse: bool = True) -> List[Dict[str, Any]]:
     """Runs ``run_one(seed)`` for each seed; returns their records in seed order.
