@@ -81,7 +81,8 @@ def test_adam_steps_on_n_replicas_match_one_device(n, single_device_result):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("n", [2, 4])
+# Four replicas on two cores: slow, and slower still when the cores are busy.
+@pytest.mark.parametrize("n", [2, pytest.param(4, marks=pytest.mark.slow)])
 def test_wrap_optimizer_matches_explicit_all_reduce(n, single_device_result):
     ref_weights, _ = single_device_result
     weights, _ = _train(n, explicit_all_reduce=False)
@@ -117,6 +118,7 @@ def test_wrap_optimizer_rejects_legacy_optimizers():
         replication.wrap_optimizer(tf.keras.optimizers.legacy.Adam())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("restore_replicas", [1, 2])
 def test_checkpoint_from_four_replicas_restores_into_fewer(tmp_path, restore_replicas):
     x, y = _data()

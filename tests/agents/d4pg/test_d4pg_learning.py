@@ -98,6 +98,7 @@ def test_nan_reward_raises_a_clear_error():
     assert learner.num_steps == 0
 
 
+@pytest.mark.slow
 def test_checkpoint_restores_counter_optimizer_and_continues_identically(tmp_path):
     config = small_config()
     batches = [random_batch(8, seed=s) for s in range(3)]
