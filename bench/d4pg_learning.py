@@ -37,21 +37,7 @@ BENCH = "d4pg_learning"
 def _parse_sets(pairs):
     from agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top  (no TF)
 
-    defaults = D4PGConfig()
-    out = {}
-    for pair in pairs:
-        name, sep, text = pair.partition("=")
-        if not sep or not hasattr(defaults, name):
-            raise SystemExit(f"--set {pair!r}: expected FIELD=VALUE with a D4PGConfig field")
-        default = getattr(defaults, name)
-        if isinstance(default, bool):
-            out[name] = text.lower() in ("1", "true", "yes")
-        elif isinstance(default, tuple):
-            out[name] = tuple(int(x) for x in text.split(","))
-        else:
-            out[name] = type(default)(text)
-    D4PGConfig(**out)  # Validate before any run starts.
-    return out
+    return seeds_lib.parse_overrides(D4PGConfig, pairs)
 
 
 def main(argv=None):

@@ -93,7 +93,7 @@ def main(argv=None):
             runs.append(record)
     medians = {p: statistics.median(r["env_steps_per_s"] for r in runs if r["period"] == p) for p in periods}
     report = {"benchmark": BENCH, "env": args.env, "num_actors": args.num_actors, "steps": args.steps,
-              "machine": seeds_lib.machine(), "load_before": os.getloadavg(), "runs": runs,
+              "machine": seeds_lib.machine(), "load_after": os.getloadavg(), "runs": runs,
               "median_env_steps_per_s": {str(p): v for p, v in medians.items()},
               "ratio_to_first": {str(p): medians[p] / medians[periods[0]] for p in periods}}
     os.makedirs(args.out, exist_ok=True)

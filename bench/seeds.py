@@ -58,6 +58,35 @@ def recorded_variants(out_dir: str, bench: str) -> Dict[str, List[Dict[str, Any]
     return variants
 
 
+
+def parse_overrides(config_class: Any, pairs: Sequence[str]) -> Dict[str, Any]:
+    """``--set FIELD=VALUE`` pairs -> config overrides, typed like ``config_class``'s defaults.
+
+    Bools take 1/true/yes (anything else is False), tuples comma-separated
+    ints, a field whose default is None an int or "none". The overrides are
+    validated by building the config once, before any run starts.
+    """
+    defaults = config_class()
+    out: Dict[str, Any] = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or name.startswith("_") or not hasattr(defaults, name):
+            raise SystemExit(f"--set {pair!r}: expected FIELD=VALUE with a {config_class.__name__} field")
+        default = getattr(defaults, name)
+        if isinstance(default, bool):
+            out[name] = text.lower() in ("1", "true", "yes")
+        elif isinstance(default, tuple):
+            out[name] = tuple(int(x) for x in text.split(","))
+        elif default is None:
+            out[name] = None if text == "none" else int(text)
+        else:
+            out[name] = type(default)(text)
+    try:
+        config_class(**out)
+    except ValueError as e:
+        raise SystemExit(f"--set: {e}") from None
+    return out
+
 def run_seeds(out_dir: str, bench: str, variant: str, seeds: Sequence[int], settings: Dict[str, Any],
               run_one: Callable[[int], Dict[str, Any]], reuse: bool = True) -> List[Dict[str, Any]]:
     """Runs ``run_one(seed)`` for each seed; returns their records in seed order.

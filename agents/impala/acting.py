@@ -11,8 +11,14 @@ Weights are pulled before the first action (a bounded wait: no random policy
 ever acts) and then every ``variable_update_period`` observed steps; a pull
 that finds nothing newer moves no weights.
 
-``evaluation=True`` acts greedily (argmax, or the Gaussian mean) and records
-nothing.
+Continuous actions (``config.squash``): the actor samples ``u ~ N(mean,
+std)`` and sends ``tanh(u)`` ("tanh") or ``clip(u, -1, 1)`` ("clip") to the
+environment; replay keeps ``u``, and the recorded log-prob is that of the
+action the environment got (for "tanh", with the Jacobian: see
+``losses.tanh_gaussian_log_prob``; the learner computes the same).
+
+``evaluation=True`` acts greedily (argmax, or tanh / clip of the Gaussian
+mean) and records nothing.
 """
 
 from __future__ import annotations
@@ -55,7 +61,13 @@ def action_spec_for_replay(environment_spec: Any) -> specs.Array:
 def make_numpy_policy(environment_spec: Any, config: Any) -> networks.NumpyPolicy:
     """An empty NumPy policy shaped for ``config`` (weights come from the learner)."""
     discrete = isinstance(environment_spec.actions, specs.DiscreteArray)
-    return networks.NumpyPolicy(len(config.layer_sizes), config.core == "lstm", discrete)
+    return networks.NumpyPolicy(len(config.layer_sizes), config.core == "lstm", discrete,
+                                config.normalize_observations)
+
+
+def _tanh_log_det_jacobian(u: np.ndarray) -> float:
+    """NumPy twin of ``losses.tanh_log_det_jacobian`` for one action."""
+    return float(np.sum(2.0 * (np.log(2.0) - u - np.logaddexp(0.0, -2.0 * u))))
 
 
 class IMPALAActor(core.PullingActor):
@@ -71,13 +83,21 @@ class IMPALAActor(core.PullingActor):
       evaluation: act greedily.
       variable_update_period: observed steps between weight pulls.
       wait_timeout_s: how long the first pull may wait for weights.
+      squash: "tanh" or "clip" (continuous actions; see the module docstring).
+      log_std_bounds: the Gaussian's log-std (low, high), as the learner's.
     """
 
     def __init__(self, policy: networks.NumpyPolicy, action_spec: Any,
                  variable_source: core.VariableSource, adder: Any = None, *,
                  seed: Optional[int] = None, evaluation: bool = False,
-                 variable_update_period: int = 100, wait_timeout_s: float = 120.0):
+                 variable_update_period: int = 100, wait_timeout_s: float = 120.0,
+                 squash: str = "tanh",
+                 log_std_bounds=(networks.LOG_STD_MIN, networks.LOG_STD_MAX)):
         super().__init__(variable_source, variable_update_period, wait_timeout_s)
+        if squash not in ("tanh", "clip"):
+            raise ValueError(f"squash must be 'tanh' or 'clip' (got {squash!r})")
+        self._tanh = squash == "tanh"
+        self._log_std_bounds = (float(log_std_bounds[0]), float(log_std_bounds[1]))
         self._policy = policy
         self._discrete = isinstance(action_spec, specs.DiscreteArray)
         self._action_shape = tuple(action_spec.shape)
@@ -114,18 +134,21 @@ class IMPALAActor(core.PullingActor):
             env_action = np.int32(action)
         else:
             size = out.shape[0] // 2
-            mean, log_std = out[:size], networks.squash_log_std(out[size:]).astype(np.float32)
+            mean = out[:size]
+            log_std = networks.squash_log_std(out[size:], *self._log_std_bounds).astype(np.float32)
             extras["mean"], extras["log_std"] = mean, log_std
             if self._greedy:
                 sample, log_prob = mean, 0.0
             else:
                 noise = self._rng.standard_normal(size).astype(np.float32)
-                sample = mean + np.exp(log_std) * noise
+                sample = (mean + np.exp(log_std) * noise).astype(np.float32)
                 log_prob = float(np.sum(-0.5 * noise * noise - log_std) - 0.5 * _LOG_2PI * size)
-            # The environment gets the clipped sample; replay keeps the sample
-            # the log-prob belongs to (see networks module docstring).
+                if self._tanh:
+                    log_prob -= _tanh_log_det_jacobian(sample.astype(np.float64))
+            # Replay keeps the pre-squash sample, the log-prob's argument.
             replay_action = sample.astype(np.float32)
-            env_action = np.clip(sample, -1.0, 1.0).astype(np.float32).reshape(self._action_shape)
+            bounded = np.tanh(sample) if self._tanh else np.clip(sample, -1.0, 1.0)
+            env_action = bounded.astype(np.float32).reshape(self._action_shape)
         if self._state is not None:
             extras["core_state"] = self._state
         self._record = (replay_action, extras, log_prob)

@@ -112,4 +112,6 @@ class IMPALABuilder(core.AgentBuilder):
         return acting.IMPALAActor(acting.make_numpy_policy(environment_spec, self.config),
                                   environment_spec.actions, variable_source,
                                   None if evaluation else adder, seed=seed, evaluation=evaluation,
-                                  variable_update_period=self.config.variable_update_period)
+                                  variable_update_period=self.config.variable_update_period,
+                                  squash=self.config.squash,
+                                  log_std_bounds=(self.config.min_log_std, self.config.max_log_std))

@@ -19,6 +19,7 @@ from typing import Any, Dict, Optional, Tuple
 from rlplat import config_fields as fields
 
 CORES = ("mlp", "lstm")
+SQUASHES = ("tanh", "clip")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,10 +47,27 @@ class IMPALAConfig:
       max_policy_lag: unrolls whose policy is more than this many learner
         steps behind are dropped from the loss (and counted); None keeps all.
       variable_update_period: actor steps between weight pulls.
+      normalize_observations: normalise observations with running moments
+        that the learner keeps and actors receive with the policy weights.
+      reward_scale: rewards are multiplied by this in the learner's targets.
+      squash: continuous actions only. "tanh": the action is tanh of the
+        Gaussian sample (a squashed Gaussian: log-probs include the tanh
+        Jacobian, the entropy bonus is the squashed distribution's, estimated
+        with one reparameterised sample per step, the greedy action is
+        tanh(mean)). "clip": the sample is clipped to [-1, 1] by the actor
+        (the Gaussian's own log-prob and entropy; greedy action clip(mean)).
+      min_log_std, max_log_std: bounds of the Gaussian's log-std (a smooth
+        tanh squash of the head's output).
+      init_log_std: the Gaussian's log-std at initialisation.
+      separate_value_network: the value head gets its own MLP torso instead
+        of sharing the policy's.
     """
 
-    unroll_length: int = 20
-    global_batch_size: int = 32
+    # 100-step unrolls: with 20 the policy gradient leans on a value that is
+    # still far from the truth and the Gaussian policy collapses (see the
+    # agent's README); 8 of them keep a step at 800 frames.
+    unroll_length: int = 100
+    global_batch_size: int = 8
     discount: float = 0.99
     learning_rate: float = 1e-3
     adam_epsilon: float = 1e-7
@@ -64,12 +82,20 @@ class IMPALAConfig:
     queue_size: int = 128
     max_policy_lag: Optional[int] = None
     variable_update_period: int = 100
+    normalize_observations: bool = True
+    reward_scale: float = 1.0
+    squash: str = "tanh"
+    min_log_std: float = -5.0
+    max_log_std: float = 1.0
+    init_log_std: float = -0.5
+    separate_value_network: bool = True
 
     _INT_FIELDS = ("unroll_length", "global_batch_size", "lstm_size", "queue_size",
                    "variable_update_period")
     _FLOAT_FIELDS = ("discount", "learning_rate", "adam_epsilon", "entropy_cost",
                      "baseline_cost", "clip_rho_threshold", "clip_c_threshold",
-                     "max_gradient_norm")
+                     "max_gradient_norm", "reward_scale", "min_log_std", "max_log_std",
+                     "init_log_std")
 
     def __post_init__(self) -> None:
         fields.check_ints(self, self._INT_FIELDS)
@@ -81,6 +107,13 @@ class IMPALAConfig:
         if self.core not in CORES:
             raise ValueError(f"core must be one of {CORES} (got {self.core!r}); "
                              "set --core mlp or --core lstm")
+        if self.squash not in SQUASHES:
+            raise ValueError(f"squash must be one of {SQUASHES} (got {self.squash!r}); "
+                             "set --squash tanh or --squash clip")
+        for name in ("normalize_observations", "separate_value_network"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False (got {getattr(self, name)!r}); "
+                                 f"set {fields.flag(name)} or --no-{fields.flag(name)[2:]}")
         fields.check_layer_sizes(self, ("layer_sizes",), "64,64")
         self._check_ranges()
 
@@ -106,6 +139,12 @@ class IMPALAConfig:
              f"to {self.global_batch_size} or more, or lower --global-batch-size")
         need(self.max_policy_lag is None or self.max_policy_lag >= 0, "max_policy_lag",
              ">= 0", "to 0 or more, or leave it out to keep every unroll")
+        need(self.reward_scale > 0.0, "reward_scale", "> 0", "above 0 (e.g. 1)")
+        need(self.min_log_std < self.max_log_std, "min_log_std",
+             f"< max_log_std ({self.max_log_std})", "below --max-log-std (e.g. -5)")
+        need(self.min_log_std < self.init_log_std < self.max_log_std, "init_log_std",
+             f"strictly between min_log_std ({self.min_log_std}) and max_log_std "
+             f"({self.max_log_std})", "inside the bounds (e.g. -0.5)")
         need(self.variable_update_period >= 1, "variable_update_period", ">= 1",
              "1 or more (e.g. 100)")
 

@@ -18,18 +18,25 @@ weights mid-unroll). Mean and max over the batch are returned every step;
 with ``max_policy_lag`` set, unrolls with a larger lag get mask 0 (they
 contribute nothing to any loss or gradient) and are counted, per step and in
 a checkpointed total.
+
+NaN guard (``rlplat.utils.nonfinite``): after the all-reduce, every step
+checks the three loss parts (global means) and the gradient norm, and applies
+the update and moves the counters only when all are finite. The first
+non-finite step is recorded, the rest of the call is skipped (the weights stay
+those of the last finite step), and ``step()`` raises ``FloatingPointError``
+naming that step and the loss.
 """
 
 from __future__ import annotations
 
-import math
 import threading
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 
-from rlplat.utils.optimizers import FusedAdam
+from rlplat.utils import nonfinite
+from rlplat.utils.optimizers import FusedAdam, apply_gradients_cross_replica
 from rlplat.utils import watchdog
 from agents.impala import losses
 from agents.impala import networks
@@ -39,6 +46,10 @@ from rlplat import core
 from rlplat import replication
 from rlplat.replay import datasets as replay_datasets
 from rlplat.replay.sequence_signature import as_sequence_step
+
+# What the NaN guard watches (in this order); each part is the global mean.
+_GUARDED = ("policy-gradient loss", "baseline loss", "entropy loss", "gradient")
+_FIXES = {"*": "lower --learning-rate or check the rewards for NaN/Inf"}
 
 
 class IMPALALearner(core.Learner):
@@ -88,6 +99,7 @@ class IMPALALearner(core.Learner):
                            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
             self.step_counter = tf.Variable(0, name="learner_steps", **counter)
             self.dropped_counter = tf.Variable(0, name="dropped_unrolls", **counter)
+            self._guard = nonfinite.NonFiniteGuard(_GUARDED)
         self._acting_variables = networks.acting_variables(self.network)
         self._step = self._step_fn  # One bound-method object: the Replicator caches per step_fn.
         self._export_lock = threading.Lock()
@@ -110,13 +122,22 @@ class IMPALALearner(core.Learner):
         if self.network.discrete:
             log_pi = losses.categorical_log_prob(policy_out, actions)
             entropy = losses.categorical_entropy(policy_out)
+        elif cfg.squash == "tanh":
+            mean, log_std = self.network.gaussian(policy_out)
+            log_pi = losses.tanh_gaussian_log_prob(mean, log_std, actions)
+            # The behaviour's own standard-normal draw, recovered from the
+            # recorded sample: a fresh N(0, 1) sample whatever the parameters
+            # now are, and deterministic (no RNG in the step).
+            noise = tf.stop_gradient((actions - time_major(batch.extras["mean"])[:-1])
+                                     * tf.exp(-time_major(batch.extras["log_std"])[:-1]))
+            entropy = losses.tanh_gaussian_entropy(mean, log_std, noise)
         else:
-            mean, log_std = networks.split_gaussian(policy_out)
+            mean, log_std = self.network.gaussian(policy_out)
             log_pi = losses.gaussian_log_prob(mean, log_std, actions)
             entropy = losses.gaussian_entropy(log_std)
         log_rho = tf.stop_gradient(log_pi - time_major(batch.behaviour_log_prob)[:-1])
         returns = vtrace(tf.stop_gradient(values[:-1]), tf.stop_gradient(values[1:]),
-                         time_major(batch.reward)[:-1],
+                         cfg.reward_scale * time_major(batch.reward)[:-1],
                          cfg.discount * time_major(batch.discount)[:-1], log_rho,
                          mask_t=mask, clip_rho_threshold=cfg.clip_rho_threshold,
                          clip_c_threshold=cfg.clip_c_threshold)
@@ -128,6 +149,20 @@ class IMPALALearner(core.Learner):
             "vs": tf.reduce_sum(returns.vs * mask),
         }
         return sums, tf.reduce_sum(mask)
+
+    def _observation_moment_sums(self, batch, keep) -> Dict[str, tf.Tensor]:
+        """The batch's real observations (all replicas) as moment sums about the running mean."""
+        net = self.network
+        obs = tf.reshape(tf.cast(batch.observation, tf.float32),
+                         [tf.shape(batch.mask)[0], tf.shape(batch.mask)[1], -1])
+        # Steps with mask 1 hold an observation an action was taken at (no
+        # padding); the bootstrap step T is step 0 of the next unroll.
+        weight = (batch.mask[:, :-1] * keep[:, tf.newaxis])[..., tf.newaxis]
+        shifted = obs[:, :-1] - net.obs_mean
+        return replication.all_reduce(
+            {"count": tf.reduce_sum(weight),
+             "sum": tf.reduce_sum(weight * shifted, axis=[0, 1]),
+             "sum_sq": tf.reduce_sum(weight * tf.square(shifted), axis=[0, 1])}, "sum")
 
     def _step_fn(self, batch) -> Dict[str, tf.Tensor]:
         """One learner step on this replica's batch (see module docstring)."""
@@ -154,20 +189,19 @@ class IMPALALearner(core.Learner):
             parts = {k: v * scale for k, v in sums.items()}
             loss = (parts["policy_gradient_loss"] + cfg.baseline_cost * parts["baseline_loss"]
                     + cfg.entropy_cost * parts["entropy_loss"])
-        grads = replication.all_reduce(tape.gradient(loss, variables), "mean")
+        # One all-reduce for the gradients and the loss parts (for the NaN
+        # guard: their replica mean is the global mean, non-finite if any is).
+        names = ("policy_gradient_loss", "baseline_loss", "entropy_loss")
+        grads, global_parts = replication.all_reduce(
+            [tape.gradient(loss, variables), tf.stack([parts[k] for k in names])], "mean")
         grad_norm = tf.linalg.global_norm(grads)
         grads, _ = tf.clip_by_global_norm(grads, cfg.max_gradient_norm, use_norm=grad_norm)
-        self.optimizer.apply_gradients(zip(grads, variables), skip_gradients_aggregation=True)
-        # The version moves only once the new weights are in place. Nothing
-        # else orders the increment after the update (tf.function orders ops
-        # per resource only), and TF did run it before the batch even arrived:
-        # weights served as version v were v-1's and unrolls looked newer than
-        # the learner. Reading every variable after its update (same resource:
-        # ordered) and making the increment wait for those reads fixes it.
-        # Every replica adds the same global numbers; ONLY_FIRST_REPLICA keeps one.
-        with tf.control_dependencies([v.read_value() for v in variables]):
-            self.step_counter.assign_add(1)
-            self.dropped_counter.assign_add(tf.cast(totals["dropped"], tf.int64))
+        # The moments move with the weights, inside the guard: a skipped step
+        # leaves them as they were too.
+        moments = (self._observation_moment_sums(batch, keep)
+                   if self.network.normalize_observations else {})
+        self._guard.apply_if_finite(tf.unstack(global_parts) + [grad_norm], self.step_counter,
+                                    self._apply, grads, totals["dropped"], moments)
         # Each replica's parts are N x its share of the global mean, so their
         # replica MEAN (the Replicator's output reduction) is the global mean.
         metrics = dict(parts)
@@ -180,20 +214,41 @@ class IMPALALearner(core.Learner):
         })
         return metrics
 
+    def _apply(self, strategy, grads, dropped, moments) -> None:
+        """The update, in cross-replica context; the NaN guard runs it only when all is finite."""
+        variables = self.network.trainable_variables
+        apply_gradients_cross_replica(self.optimizer, strategy, zip(grads, variables))
+        if moments:
+            # After the loss (ops on one resource run in program order), so this
+            # step's loss saw the moments the actors used; before the version
+            # moves (the increment below waits for every acting variable).
+            self.network.update_observation_moments(
+                *(nonfinite.first_local(strategy, moments[k]) for k in ("count", "sum", "sum_sq")))
+        # The version moves only once the new weights are in place. Nothing
+        # else orders the increment after the update (tf.function orders ops
+        # per resource only), and TF did run it before the batch even arrived:
+        # weights served as version v were v-1's and unrolls looked newer than
+        # the learner. Reading every variable after its update (same resource:
+        # ordered) and making the increment wait for those reads fixes it.
+        # Every replica holds the same global numbers: the first one's is kept.
+        with tf.control_dependencies([v.read_value() for v in networks.acting_variables(self.network)]
+                                     + [v.read_value() for v in variables]):
+            self.step_counter.assign_add(1)
+            self.dropped_counter.assign_add(tf.cast(nonfinite.first_local(strategy, dropped), tf.int64))
+
     def step(self) -> Dict[str, float]:
         """Runs ``steps_per_call`` steps; returns the last step's metrics.
 
         Adds ``learner_steps`` and ``dropped_unrolls_total``.
 
         Raises:
-          FloatingPointError: the loss became NaN/Inf.
+          FloatingPointError: a loss part or the gradient was NaN/Inf at some
+            step; it and the rest of the call were skipped (weights unchanged).
           ReplayTimeoutError: replay ran dry past the timeout, or the server died.
         """
         metrics = self._run(self._steps_per_call)
+        self._guard.raise_if_tripped("IMPALA", _FIXES)
         out = {k: float(v) for k, v in metrics.items()}
-        if not math.isfinite(out["total_loss"]):
-            raise FloatingPointError(f"non-finite IMPALA loss at learner step {self.num_steps}; "
-                                     "lower --learning-rate or check rewards")
         out["learner_steps"] = float(self.num_steps)
         out["dropped_unrolls_total"] = float(self.dropped_counter.numpy())
         return out

@@ -87,6 +87,33 @@ def gaussian_entropy(log_std_tm1) -> tf.Tensor:
     return tf.reduce_sum(_f32(log_std_tm1) + 0.5 * (_LOG_2PI + 1.0), axis=-1)
 
 
+def tanh_log_det_jacobian(u_tm1) -> tf.Tensor:
+    """``sum_d log(1 - tanh(u)^2)``, stably: [T, B, D] -> [T, B].
+
+    The log-density of ``a = tanh(u)`` is ``log N(u) - tanh_log_det_jacobian(u)``.
+    """
+    u = _f32(u_tm1)
+    return tf.reduce_sum(2.0 * (math.log(2.0) - u - tf.nn.softplus(-2.0 * u)), axis=-1)
+
+
+def tanh_gaussian_log_prob(mean_tm1, log_std_tm1, u_tm1) -> tf.Tensor:
+    """Log-density of ``a = tanh(u)``, ``u ~ N(mean, std)``, at the PRE-squash sample ``u``."""
+    return gaussian_log_prob(mean_tm1, log_std_tm1, u_tm1) - tanh_log_det_jacobian(u_tm1)
+
+
+def tanh_gaussian_entropy(mean_tm1, log_std_tm1, noise_tm1) -> tf.Tensor:
+    """One-sample estimate of the entropy of ``tanh(N(mean, std))``: [T, B, D] -> [T, B].
+
+    ``H = H(N) + E[sum log(1 - tanh(u)^2)]`` with ``u = mean + std * noise``
+    (reparameterised: the gradient reaches mean and log-std). Unlike the
+    Gaussian's own entropy it is bounded, and it falls when the mean or the
+    std push the mass into tanh's flat tails (actions stuck at the bounds).
+    """
+    mean, log_std = _f32(mean_tm1), _f32(log_std_tm1)
+    u = mean + tf.exp(log_std) * _f32(noise_tm1)
+    return gaussian_entropy(log_std) + tanh_log_det_jacobian(u)
+
+
 # --- Per-step losses [T, B] ----------------------------------------------------
 
 

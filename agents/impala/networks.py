@@ -30,16 +30,31 @@ import numpy as np
 import tensorflow as tf
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 1.0
+# Observation normalisation: (obs - mean) / sqrt(var + eps), clipped.
+OBS_NORM_EPS, OBS_NORM_CLIP = 1e-6, 10.0
 
 
-def squash_log_std(raw):
-    """Maps a raw head output smoothly into [LOG_STD_MIN, LOG_STD_MAX] (TF or NumPy)."""
+def squash_log_std(raw, low: float = LOG_STD_MIN, high: float = LOG_STD_MAX):
+    """Maps a raw head output smoothly into [low, high] (TF or NumPy)."""
     tanh = tf.tanh if isinstance(raw, tf.Tensor) else np.tanh
-    return LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (tanh(raw) + 1.0)
+    return low + 0.5 * (high - low) * (tanh(raw) + 1.0)
+
+
+def unsquash_log_std(log_std: float, low: float = LOG_STD_MIN, high: float = LOG_STD_MAX) -> float:
+    """The raw head output ``squash_log_std`` maps to ``log_std`` (strictly inside the bounds)."""
+    if not low < log_std < high:
+        raise ValueError(f"log_std {log_std} must be strictly between {low} and {high}")
+    return float(np.arctanh(2.0 * (log_std - low) / (high - low) - 1.0))
+
+
+def normalize_numpy(observation: np.ndarray, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
+    """NumPy twin of the network's observation normalisation."""
+    out = (observation - mean) / np.sqrt(var + OBS_NORM_EPS)
+    return np.clip(out, -OBS_NORM_CLIP, OBS_NORM_CLIP).astype(np.float32)
 
 
 class IMPALANetwork(tf.keras.Model):
-    """Torso + optional LSTM core + policy and value heads.
+    """[Observation normaliser] + torso + optional LSTM core + policy and value heads.
 
     Args:
       num_outputs: number of actions (discrete) or action dimensions (continuous).
@@ -47,30 +62,65 @@ class IMPALANetwork(tf.keras.Model):
       layer_sizes: ReLU MLP torso widths.
       core: "mlp" or "lstm".
       lstm_size: LSTM units for ``core == "lstm"``.
+      observation_size: flat observation size (needed to normalise observations).
+      normalize_observations: feed ``clip((obs - mean) / sqrt(var + eps), +-10)``
+        to the torso, with running moments the LEARNER updates
+        (``update_observation_moments``) and actors receive with the weights.
+      log_std_bounds: the Gaussian log-std's (low, high).
+      init_log_std: the Gaussian log-std of the initial policy (None: the
+        middle of the bounds).
+      separate_value: the value head gets its own ReLU MLP (``layer_sizes``)
+        on the normalised observation (and, with an LSTM, the core's output
+        under stop_gradient), so value regression never moves the policy's
+        features and the policy gradient never moves the value's.
     """
 
     def __init__(self, num_outputs: int, discrete: bool, layer_sizes: Sequence[int],
-                 core: str = "mlp", lstm_size: int = 64, name: str = "impala_network"):
+                 core: str = "mlp", lstm_size: int = 64, *, observation_size: Optional[int] = None,
+                 normalize_observations: bool = False,
+                 log_std_bounds: Tuple[float, float] = (LOG_STD_MIN, LOG_STD_MAX),
+                 init_log_std: Optional[float] = None, separate_value: bool = False,
+                 name: str = "impala_network"):
         super().__init__(name=name)
         if num_outputs < 1:
             raise ValueError(f"num_outputs must be >= 1 (got {num_outputs})")
         if core not in ("mlp", "lstm"):
             raise ValueError(f"core must be 'mlp' or 'lstm' (got {core!r})")
+        if normalize_observations and not observation_size:
+            raise ValueError("normalize_observations needs observation_size")
         self.num_outputs = int(num_outputs)
         self.discrete = bool(discrete)
         self.core = core
         self.lstm_size = int(lstm_size)
+        self.log_std_bounds = (float(log_std_bounds[0]), float(log_std_bounds[1]))
+        self.normalize_observations = bool(normalize_observations)
+        if self.normalize_observations:
+            # Written only by the learner, identically on every replica.
+            moments = dict(trainable=False, aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+            self.obs_mean = self.add_weight(name="obs_mean", shape=(int(observation_size),),
+                                            initializer="zeros", **moments)
+            self.obs_var = self.add_weight(name="obs_var", shape=(int(observation_size),),
+                                           initializer="ones", **moments)
+            self.obs_count = self.add_weight(name="obs_count", shape=(), initializer="zeros",
+                                             **moments)
         self.torso = [tf.keras.layers.Dense(int(s), activation="relu", name=f"torso_{i}")
                       for i, s in enumerate(layer_sizes)]
         self.lstm = (tf.keras.layers.LSTM(self.lstm_size, return_sequences=True,
                                           return_state=True, name="core")
                      if core == "lstm" else None)
         head_size = self.num_outputs if self.discrete else 2 * self.num_outputs
-        # Small policy init: the first policy is near uniform (or unit-std
-        # Gaussian around 0), so early unrolls explore.
+        # Small policy init: the first policy is near uniform (or a Gaussian
+        # around 0 whose log-std is init_log_std), so early unrolls explore.
+        bias = "zeros"
+        if not self.discrete and init_log_std is not None:
+            raw = unsquash_log_std(init_log_std, *self.log_std_bounds)
+            bias = tf.keras.initializers.Constant(
+                [0.0] * self.num_outputs + [raw] * self.num_outputs)
         self.policy_head = tf.keras.layers.Dense(
-            head_size, name="policy_head",
+            head_size, name="policy_head", bias_initializer=bias,
             kernel_initializer=tf.keras.initializers.VarianceScaling(0.01))
+        self.value_torso = ([tf.keras.layers.Dense(int(s), activation="relu", name=f"value_torso_{i}")
+                             for i, s in enumerate(layer_sizes)] if separate_value else [])
         self.value_head = tf.keras.layers.Dense(1, name="value_head")
 
     @property
@@ -84,6 +134,38 @@ class IMPALANetwork(tf.keras.Model):
             return None
         return tf.zeros((batch_size, self.state_size), tf.float32)
 
+    def normalize(self, observations) -> tf.Tensor:
+        """Observations as the torso sees them (identity without normalisation)."""
+        x = tf.convert_to_tensor(observations, tf.float32)
+        if not self.normalize_observations:
+            return x
+        x = (x - self.obs_mean) * tf.math.rsqrt(self.obs_var + OBS_NORM_EPS)
+        return tf.clip_by_value(x, -OBS_NORM_CLIP, OBS_NORM_CLIP)
+
+    def update_observation_moments(self, count, shifted_sum, shifted_sum_sq) -> tf.Operation:
+        """Merges a batch's moments into the running ones (Chan et al.'s parallel update).
+
+        Args:
+          count: observations in the batch (all replicas).
+          shifted_sum: sum of ``obs - obs_mean`` over them, [O].
+          shifted_sum_sq: sum of ``(obs - obs_mean)^2``, [O] (shifting by the
+            current mean keeps float32 sums accurate).
+        """
+        count = tf.cast(count, tf.float32)
+        total = self.obs_count + count
+        safe_n = tf.maximum(count, 1.0)
+        delta = shifted_sum / safe_n  # batch mean - running mean
+        batch_m2 = tf.maximum(shifted_sum_sq - safe_n * tf.square(delta), 0.0)
+        weight = count / tf.maximum(total, 1.0)
+        new_mean = self.obs_mean + delta * weight
+        new_m2 = self.obs_var * self.obs_count + batch_m2 + tf.square(delta) * self.obs_count * weight
+        new_var = tf.where(total > 1.0, new_m2 / tf.maximum(total, 1.0), self.obs_var)
+        keep = count > 0
+        return tf.group(
+            self.obs_mean.assign(tf.where(keep, new_mean, self.obs_mean)),
+            self.obs_var.assign(tf.where(keep, new_var, self.obs_var)),
+            self.obs_count.assign(total))
+
     def unroll(self, observations, core_state=None) -> Tuple[tf.Tensor, tf.Tensor]:
         """Runs the network over whole unrolls.
 
@@ -94,9 +176,10 @@ class IMPALANetwork(tf.keras.Model):
 
         Returns:
           ``(policy_outputs, values)``: [B, T+1, P] (logits, or mean and raw
-          log-std concatenated; use ``split_gaussian``) and [B, T+1].
+          log-std concatenated; use ``gaussian``) and [B, T+1].
         """
-        x = tf.convert_to_tensor(observations, tf.float32)
+        obs = self.normalize(observations)
+        x = obs
         for layer in self.torso:
             x = layer(x)
         if self.lstm is not None:
@@ -104,18 +187,28 @@ class IMPALANetwork(tf.keras.Model):
                 core_state = self.initial_state(tf.shape(x)[0])
             h, c = tf.split(tf.convert_to_tensor(core_state, tf.float32), 2, axis=-1)
             x, _, _ = self.lstm(x, initial_state=[h, c])
-        return self.policy_head(x), tf.squeeze(self.value_head(x), -1)
+        v = x
+        if self.value_torso:
+            v = obs if self.lstm is None else tf.concat([obs, tf.stop_gradient(x)], axis=-1)
+            for layer in self.value_torso:
+                v = layer(v)
+        return self.policy_head(x), tf.squeeze(self.value_head(v), -1)
 
     def call(self, observations, core_state=None):
         """One step: observations [B, O] -> (policy outputs [B, P], values [B])."""
         policy, values = self.unroll(tf.expand_dims(observations, 1), core_state)
         return policy[:, 0], values[:, 0]
 
+    def gaussian(self, policy_outputs) -> Tuple[tf.Tensor, tf.Tensor]:
+        """Gaussian head outputs [..., 2D] -> (mean [..., D], log_std [..., D]) in this net's bounds."""
+        return split_gaussian(policy_outputs, *self.log_std_bounds)
 
-def split_gaussian(policy_outputs) -> Tuple[tf.Tensor, tf.Tensor]:
+
+def split_gaussian(policy_outputs, low: float = LOG_STD_MIN,
+                   high: float = LOG_STD_MAX) -> Tuple[tf.Tensor, tf.Tensor]:
     """Gaussian head outputs [..., 2D] -> (mean [..., D], log_std [..., D])."""
     mean, raw = tf.split(policy_outputs, 2, axis=-1)
-    return mean, squash_log_std(raw)
+    return mean, squash_log_std(raw, low, high)
 
 
 def make_network(environment_spec, config) -> IMPALANetwork:
@@ -129,15 +222,25 @@ def make_network(environment_spec, config) -> IMPALANetwork:
     actions = environment_spec.actions
     discrete = isinstance(actions, specs.DiscreteArray)
     num_outputs = int(actions.num_values) if discrete else int(np.prod(actions.shape))
-    net = IMPALANetwork(num_outputs, discrete, config.layer_sizes, config.core, config.lstm_size)
     obs_size = int(np.prod(environment_spec.observations.shape))
+    net = IMPALANetwork(num_outputs, discrete, config.layer_sizes, config.core, config.lstm_size,
+                        observation_size=obs_size,
+                        normalize_observations=config.normalize_observations,
+                        log_std_bounds=(config.min_log_std, config.max_log_std),
+                        init_log_std=config.init_log_std,
+                        separate_value=config.separate_value_network)
     net.unroll(tf.zeros((1, 2, obs_size)), net.initial_state(1))
     return net
 
 
 def acting_variables(network: IMPALANetwork) -> List[tf.Variable]:
-    """The variables actors need, in ``NumpyPolicy.load`` order: torso, core, policy head."""
+    """The variables actors need, in ``NumpyPolicy.load`` order.
+
+    Observation mean and variance (with normalisation), torso, core, policy head.
+    """
     out: List[tf.Variable] = []
+    if network.normalize_observations:
+        out += [network.obs_mean, network.obs_var]
     for layer in network.torso:
         out += [layer.kernel, layer.bias]
     if network.lstm is not None:
@@ -164,12 +267,17 @@ class NumpyPolicy:
       num_torso_layers: number of torso Dense layers.
       lstm: whether there is an LSTM core.
       discrete: categorical (logits) or Gaussian (mean, log_std) head.
+      normalize_observations: whether the weights start with the observation
+        mean and variance (``IMPALANetwork.normalize_observations``).
     """
 
-    def __init__(self, num_torso_layers: int, lstm: bool, discrete: bool):
+    def __init__(self, num_torso_layers: int, lstm: bool, discrete: bool,
+                 normalize_observations: bool = False):
         self._num_torso = int(num_torso_layers)
         self._lstm = bool(lstm)
+        self._normalize = bool(normalize_observations)
         self.discrete = bool(discrete)
+        self._moments: Optional[Tuple[np.ndarray, np.ndarray]] = None
         self._torso: List[Tuple[np.ndarray, np.ndarray]] = []
         self._core: Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]] = None
         self._head: Optional[Tuple[np.ndarray, np.ndarray]] = None
@@ -178,13 +286,14 @@ class NumpyPolicy:
     @classmethod
     def for_network(cls, network: IMPALANetwork) -> "NumpyPolicy":
         """A policy shaped like ``network``, loaded with its current weights."""
-        policy = cls(len(network.torso), network.lstm is not None, network.discrete)
+        policy = cls(len(network.torso), network.lstm is not None, network.discrete,
+                     network.normalize_observations)
         policy.load([v.numpy() for v in acting_variables(network)])
         return policy
 
     @property
     def num_arrays(self) -> int:
-        return 2 * self._num_torso + (3 if self._lstm else 0) + 2
+        return (2 if self._normalize else 0) + 2 * self._num_torso + (3 if self._lstm else 0) + 2
 
     def load(self, arrays: Sequence[np.ndarray]) -> None:
         """Takes arrays in ``acting_variables`` order."""
@@ -192,6 +301,8 @@ class NumpyPolicy:
             raise ValueError(f"policy weights: got {len(arrays)} arrays, the network has "
                              f"{self.num_arrays}; actor and learner were built from different configs")
         arrays = [np.asarray(a, np.float32) for a in arrays]
+        if self._normalize:
+            self._moments, arrays = (arrays[0], arrays[1]), arrays[2:]
         self._torso = [(arrays[2 * i], arrays[2 * i + 1]) for i in range(self._num_torso)]
         i = 2 * self._num_torso
         if self._lstm:
@@ -211,6 +322,8 @@ class NumpyPolicy:
         log-std concatenated (see ``squash_log_std``), as in ``unroll``.
         """
         x = np.asarray(observation, np.float32).reshape(-1)
+        if self._normalize:
+            x = normalize_numpy(x, *self._moments)
         for w, b in self._torso:
             x = np.dot(x, w)
             x += b

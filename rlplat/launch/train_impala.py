@@ -33,6 +33,13 @@ CONFIG_FLAGS = {
     "lstm_size": "LSTM units (with --core lstm)",
     "queue_size": "replay queue capacity in unrolls (actors block when it is full)",
     "variable_update_period": "actor steps between weight pulls",
+    "normalize_observations": "normalise observations with the learner's running moments",
+    "reward_scale": "multiply rewards by this in the learner's targets",
+    "squash": "continuous actions: tanh (squashed Gaussian) or clip",
+    "min_log_std": "lower bound of the Gaussian's log-std",
+    "max_log_std": "upper bound of the Gaussian's log-std",
+    "init_log_std": "the Gaussian's log-std at initialisation",
+    "separate_value_network": "give the value head its own MLP torso",
 }
 
 

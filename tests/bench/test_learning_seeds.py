@@ -69,3 +69,19 @@ def test_table_rows_come_from_the_bench_json(tmp_path):
     assert row["published"].startswith("862")
     text = learning_table.render([row])
     assert "| D4PG | cartpole:swingup | default | 2 |" in text
+
+
+def test_overrides_are_typed_like_the_config_and_validated():
+    from agents.d4pg.config import D4PGConfig
+    from agents.impala.config import IMPALAConfig
+
+    got = seeds.parse_overrides(D4PGConfig, ["sigma=0.2", "n_step=3", "clipping=false",
+                                             "policy_layer_sizes=64,64", "torso_init=fan_in"])
+    assert got == {"sigma": 0.2, "n_step": 3, "clipping": False, "policy_layer_sizes": (64, 64),
+                   "torso_init": "fan_in"}
+    assert seeds.parse_overrides(IMPALAConfig, ["max_policy_lag=none", "unroll_length=100"]) == {
+        "max_policy_lag": None, "unroll_length": 100}
+    assert seeds.parse_overrides(IMPALAConfig, ["max_policy_lag=4"]) == {"max_policy_lag": 4}
+    for bad in (["nofield=1"], ["sigma"], ["_INT_FIELDS=1"], ["sigma=-1"]):
+        with pytest.raises(SystemExit):
+            seeds.parse_overrides(D4PGConfig, bad)

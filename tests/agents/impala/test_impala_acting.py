@@ -36,7 +36,8 @@ def _actor(spec, config, net=None, evaluation=False, seed=0):
     adder = _RecordingAdder()
     actor = acting.IMPALAActor(acting.make_numpy_policy(spec, config), spec.actions, _Source(net),
                                None if evaluation else adder, seed=seed, evaluation=evaluation,
-                               variable_update_period=1000)
+                               variable_update_period=1000, squash=config.squash,
+                               log_std_bounds=(config.min_log_std, config.max_log_std))
     return actor, adder, net
 
 
@@ -48,6 +49,7 @@ def _big_logits(net, scale=1.0):
     return bias
 
 
+@pytest.mark.slow
 def test_categorical_samples_follow_softmax_and_log_probs_are_exact():
     config = small_config()
     actor, adder, net = _actor(DISCRETE_SPEC, config)
@@ -67,23 +69,40 @@ def test_categorical_samples_follow_softmax_and_log_probs_are_exact():
         assert version == 7 and action.dtype == np.float32
 
 
-def test_gaussian_log_prob_matches_the_learner_formula_and_env_action_is_clipped():
-    config = small_config()
+def _gaussian_steps(squash, n=50):
+    config = small_config(squash=squash)
     actor, adder, net = _actor(CONTINUOUS_SPEC, config)
     net.policy_head.bias.assign([2.0, 0.0, 0.5, -1.0])  # mean (2, 0); raw log-std (0.5, -1)
     obs = np.zeros(OBS, np.float32)
     actor.observe_first(dm_env.restart(obs))
     env_actions = []
-    for _ in range(50):
+    for _ in range(n):
         env_actions.append(actor.select_action(obs))
         actor.observe(env_actions[-1], dm_env.transition(0.0, obs))
-    assert np.all(np.abs(env_actions) <= 1.0)
     sampled = np.stack([s[0] for s in adder.steps])
-    assert np.any(np.abs(sampled) > 1.0)  # replay keeps the unclipped sample
     mean = np.stack([s[1]["mean"] for s in adder.steps])
     log_std = np.stack([s[1]["log_std"] for s in adder.steps])
+    np.testing.assert_allclose(log_std[0], networks.squash_log_std(
+        np.array([0.5, -1.0]), config.min_log_std, config.max_log_std), rtol=1e-5)
+    return np.stack(env_actions), sampled, mean, log_std, [s[2] for s in adder.steps]
+
+
+def test_clipped_gaussian_log_prob_matches_the_learner_formula_and_env_action_is_clipped():
+    env_actions, sampled, mean, log_std, log_probs = _gaussian_steps("clip")
+    assert np.all(np.abs(env_actions) <= 1.0)
+    np.testing.assert_array_equal(env_actions, np.clip(sampled, -1.0, 1.0))
+    assert np.any(np.abs(sampled) > 1.0)  # replay keeps the unclipped sample
     expected = losses.gaussian_log_prob(mean, log_std, sampled).numpy()
-    np.testing.assert_allclose([s[2] for s in adder.steps], expected, rtol=1e-4)
+    np.testing.assert_allclose(log_probs, expected, rtol=1e-4)
+
+
+def test_tanh_gaussian_env_action_is_tanh_of_the_recorded_sample_with_its_log_prob():
+    env_actions, sampled, mean, log_std, log_probs = _gaussian_steps("tanh")
+    np.testing.assert_allclose(env_actions, np.tanh(sampled), rtol=1e-6)
+    assert np.all(np.abs(env_actions) < 1.0) and np.any(np.abs(sampled) > 1.0)
+    # The log-density of the squashed action, as the learner computes it.
+    expected = losses.tanh_gaussian_log_prob(mean, log_std, sampled).numpy()
+    np.testing.assert_allclose(log_probs, expected, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("spec", [DISCRETE_SPEC, CONTINUOUS_SPEC])
@@ -93,10 +112,10 @@ def test_evaluation_is_greedy_and_records_nothing(spec):
     if spec is DISCRETE_SPEC:
         _big_logits(net)
         assert {int(actor.select_action(np.ones(OBS, np.float32))) for _ in range(50)} == {1}
-    else:
+    else:  # tanh of the mean (the default squash)
         net.policy_head.bias.assign([0.3, -0.2, 0.0, 0.0])
-        np.testing.assert_allclose(actor.select_action(np.zeros(OBS, np.float32)), [0.3, -0.2],
-                                   atol=1e-6)
+        np.testing.assert_allclose(actor.select_action(np.zeros(OBS, np.float32)),
+                                   np.tanh([0.3, -0.2]), atol=1e-6)
     assert adder.steps == [] and actor.policy_version == 7
 
 
