@@ -13,17 +13,34 @@ MuJoCo ``PhysicsError`` (the simulation diverged): the episode ends as a
 TERMINATION (discount 0, reward 0, the last good observation), so nothing
 bootstraps from a broken state; the error is counted and the loop carries on
 with a fresh episode.
+
+Any other exception from the environment's ``step`` or ``reset`` (a bug in a
+task, a flaky simulator binding) is counted as an ``env_error``: a failed
+step ends the episode the same way, a failed reset is retried. The first
+traceback of each exception type is logged and handed back once in the
+chunk's stats (``env_error_tracebacks``), so a remote actor's driver can
+write it to the run's logs. Past ``max_env_errors`` in this loop's lifetime
+the loop raises ``EnvironmentFailedError``: an environment that keeps failing
+is broken, and its actor should fail loudly rather than spin.
 """
 
 from __future__ import annotations
 
+import logging
 import time
+import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import dm_env
 import numpy as np
 
 from rlplat import core
+
+_log = logging.getLogger(__name__)
+
+
+class EnvironmentFailedError(RuntimeError):
+    """The environment raised more than ``max_env_errors`` times."""
 
 
 def _physics_errors() -> Tuple[type, ...]:
@@ -56,11 +73,16 @@ class EnvironmentLoop:
         the chunk's stats (e.g. to add to a shared counter). Never per step.
       physics_errors: exception types that mean "the simulation diverged";
         defaults to dm_control's ``PhysicsError`` and ``mujoco.FatalError``.
+      max_env_errors: other exceptions from ``step``/``reset`` tolerated over
+        the loop's lifetime before it raises ``EnvironmentFailedError``.
     """
 
     def __init__(self, environment: dm_env.Environment, actor: core.Actor,
                  counter_fn: Optional[Callable[[Dict[str, Any]], None]] = None,
-                 physics_errors: Optional[Tuple[type, ...]] = None):
+                 physics_errors: Optional[Tuple[type, ...]] = None,
+                 max_env_errors: int = 100):
+        if max_env_errors < 0:
+            raise ValueError(f"max_env_errors must be >= 0 (got {max_env_errors})")
         self._env = environment
         self._actor = actor
         self._counter_fn = counter_fn
@@ -71,6 +93,10 @@ class EnvironmentLoop:
         self.total_steps = 0
         self.total_episodes = 0
         self.total_physics_errors = 0
+        self.total_env_errors = 0
+        self._max_env_errors = int(max_env_errors)
+        self._seen_error_types: set = set()
+        self._new_tracebacks: List[str] = []
 
     # -------------------------------------------------------------- chunks
     def run_steps(self, num_steps: int) -> Dict[str, Any]:
@@ -79,7 +105,8 @@ class EnvironmentLoop:
         Returns:
           ``env_steps``, ``episodes`` (completed in this chunk),
           ``episode_returns``/``episode_lengths`` (of those episodes),
-          ``physics_errors``, ``policy_version`` and seconds spent in
+          ``physics_errors``, ``env_errors``, ``env_error_tracebacks`` (the
+          first of each exception type, once), ``policy_version`` and seconds spent in
           ``env_s``, ``policy_s``, ``observe_s``, ``update_s`` and in total
           (``wall_s``), plus ``steps_per_s``.
         """
@@ -96,13 +123,19 @@ class EnvironmentLoop:
         t_env = t_policy = t_observe = t_update = 0.0
         returns: List[float] = []
         lengths: List[int] = []
-        physics_errors = 0
+        physics_errors = env_errors = 0
         start = clock()
         steps = 0
         while steps < num_steps:
             if self._timestep is None:
                 t0 = clock()
-                self._timestep = env.reset()
+                try:
+                    self._timestep = env.reset()
+                except Exception as e:  # pylint: disable=broad-except  (see module docstring)
+                    env_errors += 1
+                    self._env_error(e, "reset")
+                    t_env += clock() - t0
+                    continue
                 t1 = clock()
                 actor.observe_first(self._timestep)
                 t_env += t1 - t0
@@ -114,9 +147,12 @@ class EnvironmentLoop:
             try:
                 timestep = env.step(action)
             except self._physics_errors:  # pylint: disable=catching-non-exception
-                timestep = dm_env.TimeStep(dm_env.StepType.LAST, np.float32(0.0),
-                                           np.float32(0.0), self._timestep.observation)
+                timestep = _broken_episode_end(self._timestep)
                 physics_errors += 1
+            except Exception as e:  # pylint: disable=broad-except  (see module docstring)
+                env_errors += 1
+                self._env_error(e, "step")
+                timestep = _broken_episode_end(self._timestep)
             t2 = clock()
             actor.observe(action, timestep)
             t3 = clock()
@@ -141,10 +177,12 @@ class EnvironmentLoop:
         self.total_steps += steps
         self.total_episodes += len(returns)
         self.total_physics_errors += physics_errors
+        tracebacks, self._new_tracebacks = self._new_tracebacks, []
         return {
             "env_steps": steps, "episodes": len(returns),
             "episode_returns": returns, "episode_lengths": lengths,
-            "physics_errors": physics_errors,
+            "physics_errors": physics_errors, "env_errors": env_errors,
+            "env_error_tracebacks": tracebacks,
             "policy_version": actor.policy_version,
             "env_s": t_env, "policy_s": t_policy, "observe_s": t_observe,
             "update_s": t_update, "wall_s": wall,
@@ -164,3 +202,25 @@ class EnvironmentLoop:
                 "episode_length": stats["episode_lengths"][0],
                 "physics_error": bool(stats["physics_errors"]),
                 "policy_version": stats["policy_version"], "wall_s": stats["wall_s"]}
+
+    def _env_error(self, error: Exception, where: str) -> None:
+        """Counts an environment exception; logs its traceback once per type; raises past the bound."""
+        self.total_env_errors += 1
+        kind = type(error).__qualname__
+        if kind not in self._seen_error_types:
+            self._seen_error_types.add(kind)
+            text = "".join(traceback.format_exception(error))
+            self._new_tracebacks.append(f"environment {where} raised {kind}:\n{text}")
+            _log.error("environment %s raised %s; ending the episode and carrying on "
+                       "(%d of at most %d)\n%s", where, kind, self.total_env_errors,
+                       self._max_env_errors, text)
+        if self.total_env_errors > self._max_env_errors:
+            raise EnvironmentFailedError(
+                f"the environment raised {self.total_env_errors} times (more than max_env_errors="
+                f"{self._max_env_errors}); last: {kind}: {error}") from error
+
+
+def _broken_episode_end(last: dm_env.TimeStep) -> dm_env.TimeStep:
+    """A termination (reward 0, discount 0) at the last good observation: nothing bootstraps."""
+    return dm_env.TimeStep(dm_env.StepType.LAST, np.float32(0.0), np.float32(0.0), last.observation)
+

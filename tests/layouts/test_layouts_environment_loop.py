@@ -97,3 +97,76 @@ def test_physics_error_ends_the_episode_as_a_termination_and_carries_on(env):
     assert last.last() and last.discount == 0.0 and last.reward == 0.0  # No bootstrap.
     np.testing.assert_array_equal(last.observation, actor.observed[2].observation)
     assert actor.firsts == 3 and loop.total_physics_errors == 3
+
+
+class BadActionAt(RecordingActor):
+    """Sends ``bad`` as the action at the ``at``-th step of every episode (else random)."""
+
+    def __init__(self, action_size, at, bad):
+        super().__init__(action_size)
+        self.at, self.bad, self.t = at, np.asarray(bad, np.float32), 0
+
+    def observe_first(self, timestep):
+        super().observe_first(timestep)
+        self.t = 0
+
+    def select_action(self, observation):
+        self.t += 1
+        return self.bad if self.t == self.at else super().select_action(observation)
+
+
+def test_a_real_mujoco_physics_error_from_a_nan_control_is_a_termination(env):
+    # MuJoCo itself flags the NaN control (mjWARN_BADCTRL); dm_control raises PhysicsError.
+    actor = BadActionAt(1, at=3, bad=[np.nan])
+    loop = EnvironmentLoop(env, actor)
+    stats = loop.run_steps(9)
+    assert stats["physics_errors"] == 3 and stats["env_errors"] == 0
+    assert stats["episode_lengths"] == [3, 3, 3]
+    assert actor.observed[2].last() and actor.observed[2].discount == 0.0
+
+
+def test_other_environment_errors_end_the_episode_log_one_traceback_per_type_and_carry_on(env):
+    # A wrong action shape: dm_control raises ValueError from inside step().
+    actor = BadActionAt(1, at=2, bad=[0.5, 0.5])
+    loop = EnvironmentLoop(env, actor, max_env_errors=10)
+    first = loop.run_steps(6)
+    assert first["env_errors"] == 3 and first["physics_errors"] == 0
+    assert first["episode_lengths"] == [2, 2, 2]
+    last = actor.observed[1]
+    assert last.last() and last.discount == 0.0 and last.reward == 0.0
+    [text] = first["env_error_tracebacks"]  # once, however often it happened
+    assert "environment step raised ValueError" in text and "Traceback" in text
+    assert "shape" in text
+    second = loop.run_steps(6)
+    assert second["env_errors"] == 3 and second["env_error_tracebacks"] == []
+    assert loop.total_env_errors == 6
+
+
+def test_past_max_env_errors_the_loop_raises(env):
+    from rlplat.environment_loop import EnvironmentFailedError
+
+    loop = EnvironmentLoop(env, BadActionAt(1, at=1, bad=[0.5, 0.5]), max_env_errors=4)
+    loop.run_steps(4)
+    with pytest.raises(EnvironmentFailedError, match="raised 5 times .*max_env_errors=4.*ValueError"):
+        loop.run_steps(4)
+
+
+class ResetFailsOnce(EnvironmentWrapper):
+    def __init__(self, env):
+        super().__init__(env)
+        self.resets = 0
+
+    def reset(self):
+        self.resets += 1
+        if self.resets == 1:
+            raise RuntimeError("flaky reset")
+        return super().reset()
+
+
+def test_a_failed_reset_is_counted_and_retried(env):
+    actor = RecordingActor(1)
+    wrapped = ResetFailsOnce(env)
+    stats = EnvironmentLoop(wrapped, actor).run_steps(10)
+    assert stats["env_errors"] == 1 and stats["episodes"] == 1 and wrapped.resets == 2
+    assert "environment reset raised RuntimeError" in stats["env_error_tracebacks"][0]
+    assert actor.firsts == 1 and len(actor.observed) == 10

@@ -1,8 +1,10 @@
 """IMPALA learns on the real stack: local Ray, 2 actors, the Reverb queue in the learner, CartPole.
 
-The random-policy baseline is measured in the same test; the trained greedy
-policy must beat it by far. The run stops at the first evaluation that
-clears the bar; MAX_ACTOR_STEPS bounds it.
+The random-policy baseline is measured in the same test. The bar is 475 of
+CartPole-v1's 500: an untrained policy (~10-40), a random one (~22) and one
+that stopped learning halfway all fail it. The run stops at the first
+evaluation that clears the bar; MAX_ACTOR_STEPS bounds it (3 seeds of
+`bench/impala_learning.py` reached 500 within 20k-160k env steps and held it to 1M).
 """
 
 import json
@@ -13,6 +15,7 @@ import pytest
 TASK = "gym:CartPole-v1"
 EVAL_EVERY = 20_000
 MAX_ACTOR_STEPS = 600_000
+BAR = 475.0
 
 
 def _random_policy_return(num_episodes=20, seed=0):
@@ -39,7 +42,8 @@ def test_impala_beats_random_policy_by_far_on_cartpole(tmp_path):
     from rlplat.distributed.layout import RayLayoutConfig, run_on_ray
 
     random_return = _random_policy_return()
-    bar = max(5.0 * random_return, random_return + 150.0)
+    bar = BAR
+    assert bar > 10 * random_return  # the bar is far above chance
     logdir = tmp_path / "run"
     knobs = RayLayoutConfig(eval_every_actor_steps=EVAL_EVERY, eval_episodes=3,
                             checkpoint_every_s=3600.0, target_eval_return=bar)
