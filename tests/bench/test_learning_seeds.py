@@ -57,7 +57,8 @@ def test_run_seeds_reuses_records_with_the_same_settings_only(tmp_path):
 def test_table_rows_come_from_the_bench_json(tmp_path):
     records = [dict(_record(s, [100, 850]), seed=s) for s in (0, 1)]
     summary = seeds.summarise(records, 800.0, 200_000)
-    report = {"variants": {"default": {"settings": {"env": "cartpole:swingup", "target": 800.0},
+    report = {"variants": {"default": {"settings": {"env": "cartpole:swingup", "target": 800.0,
+                                                    "overrides": {"sigma": 0.2, "policy_layer_sizes": [64, 64]}},
                                        "summary": summary, "machines": ["CPU X"], "seeds": records}},
               "machine": {"cpus": 2}}
     path = tmp_path / "d4pg_learning.json"
@@ -68,7 +69,7 @@ def test_table_rows_come_from_the_bench_json(tmp_path):
     assert row["final"] == "475 ± 0" and row["env_steps"] == "20k"
     assert row["published"].startswith("862")
     text = learning_table.render([row])
-    assert "| D4PG | cartpole:swingup | default | 2 |" in text
+    assert "| D4PG | cartpole:swingup | default | policy_layer_sizes=64,64, sigma=0.2 | 2 |" in text
 
 
 def test_overrides_are_typed_like_the_config_and_validated():
