@@ -11,6 +11,13 @@ started with ``ray start --head`` or ``ray up``). Ray's own connect can retry
 for a long time when the address is wrong, so the GCS port is checked with a
 plain socket first and ``ray.init`` itself runs under a deadline: a bad
 address always fails within ``timeout_s`` with ONE line naming the fix.
+
+Signals: a local instance's processes (GCS, raylet, agents, and through the
+raylet the workers) start in a session of their own, so a signal to the
+driver's process group (Ctrl-C in a terminal, ``kill -TERM -PGID``) reaches
+only the driver, which then needs them alive for the final checkpoint; they
+still die with the driver (Ray's kernel fate-sharing). ``keep_signal_handlers``
+stops ``ray.init`` from replacing the caller's SIGINT/SIGTERM handlers.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import signal
 import socket
 import threading
 import time
@@ -121,7 +129,7 @@ def _start_local(num_cpus: Optional[int], log_to_driver: bool, logging_level: in
     num_cpus = tf_setup.available_cpus() if num_cpus is None else int(num_cpus)
     if num_cpus < 1:
         raise ValueError(f"num_cpus must be >= 1 (got {num_cpus})")
-    with _loopback_only():
+    with _loopback_only(), _own_session():
         ray.init(
             address="local",  # never RAY_ADDRESS: no address means "start one here"
             num_cpus=num_cpus,
@@ -159,6 +167,67 @@ class _loopback_only:  # pylint: disable=invalid-name
             os.environ[_LOOPBACK_SWITCH] = self._saved_env
         if self._saved_const is not None:
             self._constants.ENABLE_RAY_CLUSTER = self._saved_const
+        return False
+
+
+class _own_session:  # pylint: disable=invalid-name
+    """Makes the processes a ``ray.init`` inside the block spawns start a new session.
+
+    Ray 2.60 already blocks SIGINT in them, but a SIGTERM or SIGHUP sent to the
+    driver's process group would kill the GCS and raylet (and with them the
+    learner) before the driver could save its checkpoint. Ray spawns them all
+    through ``services.ConsolePopen``; kernel fate-sharing (PR_SET_PDEATHSIG,
+    set in their ``preexec_fn``) still ends them when the driver dies. If a
+    future Ray drops that class, they simply stay in the driver's group.
+    """
+
+    def __enter__(self):
+        from ray._private import services  # pylint: disable=g-import-not-at-top
+
+        self._services = services
+        self._saved = getattr(services, "ConsolePopen", None)
+        if self._saved is not None and os.name == "posix":
+            base = self._saved
+
+            class NewSessionPopen(base):  # pylint: disable=too-few-public-methods
+                def __init__(self, *args, **kwargs):
+                    kwargs.setdefault("start_new_session", True)
+                    super().__init__(*args, **kwargs)
+
+            services.ConsolePopen = NewSessionPopen
+        return self
+
+    def __exit__(self, *exc_info):
+        if self._saved is not None:
+            self._services.ConsolePopen = self._saved
+        return False
+
+
+class keep_signal_handlers:  # pylint: disable=invalid-name
+    """Inside the block, ``signal.signal`` leaves SIGINT and SIGTERM as they are.
+
+    ``ray.init`` installs a SIGTERM handler that calls ``sys.exit(15)``; a
+    SIGTERM during the seconds ``ray.init`` takes would then skip the caller's
+    clean-up and exit code. Only the main thread's calls are held back (others
+    cannot set handlers anyway). Ray's C++ core also hooks SIGTERM, below Python (it logs
+    a stack, then calls Python's handler): call ``signal.signal`` again after
+    the block to drop that hook.
+    """
+
+    def __enter__(self):
+        self._original = signal.signal
+
+        def held(signum, handler):
+            if (signum in (signal.SIGINT, signal.SIGTERM)
+                    and threading.current_thread() is threading.main_thread()):
+                return signal.getsignal(signum)
+            return self._original(signum, handler)
+
+        signal.signal = held
+        return self
+
+    def __exit__(self, *exc_info):
+        signal.signal = self._original
         return False
 
 

@@ -34,9 +34,15 @@ from rlplat.distributed.driver_startup import WorkerStartup, kill_worker
 from rlplat.distributed.errors import RunFailedError, RunInterrupted
 from rlplat.distributed.layout import RayLayoutConfig
 
-# After SIGINT/SIGTERM the learner gets this long to reach a step boundary for
-# a last checkpoint; process managers usually escalate to SIGKILL after ~30 s.
-_SIGNAL_STOP_TIMEOUT_S = 10.0
+# After SIGINT/SIGTERM the learner gets up to _SIGNAL_STOP_TIMEOUT_S to reach
+# a step boundary and the checkpoint what is left of _SIGNAL_BUDGET_S (at
+# least _SIGNAL_MIN_SAVE_S): with teardown (3-9 s measured on 2 busy cores)
+# that stays under the ~30 s after which process managers send SIGKILL.
+_SIGNAL_STOP_TIMEOUT_S = 15.0
+_SIGNAL_BUDGET_S = 20.0
+_SIGNAL_MIN_SAVE_S = 5.0
+# Longest slice of any wait of the driver's: a signal is acted on within it.
+_POLL_S = 0.5
 
 
 class Driver(WorkerStartup, ControlLoop, ActorCare):
@@ -62,20 +68,27 @@ class Driver(WorkerStartup, ControlLoop, ActorCare):
         self.actor_steps = 0
         self.episodes = 0
         self.restarts = 0
+        self.physics_errors = 0  # simulations that diverged (episode ended, counted)
+        self.env_errors = 0      # other exceptions from an environment (episode ended, counted)
         self.learner_steps = restored_step or 0
         self.eval: Dict[str, Any] = {}
         self.replay_stats: Dict[str, Any] = {}
         self.checkpoint_path: Optional[str] = None
         self.stop_event = stop_event
         self.stop_reason: Optional[str] = None  # max_actor_steps, target_eval_return, stop_event
-        self._signum: Optional[int] = None
+        self._signum: Optional[int] = None  # the first SIGINT/SIGTERM (see _on_signal)
         self._hurry = False  # a second signal: stop waiting for anything
-        self._tearing_down = False
+        self._signal_handled = False  # stopping on _signum: only a second signal interrupts
         self.phases: Dict[str, float] = {}
         self._saved_handlers: Dict[int, Any] = {}
 
     # ------------------------------------------------------------- entry point
     def run(self) -> Dict[str, Any]:
+        """Starts the workers, runs the control loop, stops, tears down; returns the summary.
+
+        Raises RunInterrupted after SIGINT/SIGTERM (see ``_on_signal``) once
+        the final checkpoint is saved (or skipped) and every worker is gone.
+        """
         started = time.monotonic()
         self._install_signal_handlers()
         self._ray_was_up = ray.is_initialized()
@@ -92,12 +105,7 @@ class Driver(WorkerStartup, ControlLoop, ActorCare):
             self._finish(self.cfg.stop_timeout_s, final_eval=True)
             self.phases["finish_s"] = time.monotonic() - mark
         except RunInterrupted:
-            self.console.message(f"{signal.Signals(self._signum).name}: stopping; saving a checkpoint "
-                                 "if the learner allows, then shutting down")
-            try:
-                self._finish(_SIGNAL_STOP_TIMEOUT_S, final_eval=False)
-            except Exception as e:  # pylint: disable=broad-except
-                self.console.message(f"no final checkpoint ({errors.one_line(e)})")
+            self._stop_on_signal()
             raise
         finally:
             mark = time.monotonic()
@@ -105,14 +113,42 @@ class Driver(WorkerStartup, ControlLoop, ActorCare):
             self.phases["teardown_s"] = time.monotonic() - mark
         return driver_records.summarize(self, time.monotonic() - started)
 
+    def _stop_on_signal(self) -> None:
+        """The final checkpoint after a signal, unless a second one came or nothing ran yet."""
+        self._signal_handled = True
+        name = signal.Signals(self._signum).name
+        if self._hurry:
+            self.console.message("second signal: stopping now, without a final checkpoint")
+            return
+        if getattr(self, "loop_started", None) is None:
+            # The learner has not trained since it was built or restored: a
+            # checkpoint would hold nothing new, and waiting for it to come up
+            # could take minutes.
+            self.console.message(f"{name} during start-up: stopping (nothing trained yet, "
+                                 "so no checkpoint)")
+            return
+        self.console.message(f"{name}: stopping; saving a checkpoint (a second signal skips it), "
+                             "then shutting down")
+        started = time.monotonic()
+        try:
+            self._finish(_SIGNAL_STOP_TIMEOUT_S, final_eval=False,
+                         save_by=started + _SIGNAL_BUDGET_S)
+        except RunInterrupted:
+            self.console.message("second signal: stopping now, without a final checkpoint")
+            return
+        except Exception as e:  # pylint: disable=broad-except
+            self.console.message(f"no final checkpoint ({errors.one_line(e)})")
+            return
+        self.console.message(f"final checkpoint {self.checkpoint_path} "
+                             f"({time.monotonic() - started:.1f}s after the signal was acted on)")
+
     # -------------------------------------------------------------- signals
     def _install_signal_handlers(self) -> None:
         """Routes SIGINT/SIGTERM to ``_on_signal``; called again after ``ray.init``.
 
-        ``ray.init`` replaces the SIGTERM handler (with ``sys.exit``) and Ray's
-        C++ core adds a crash handler that turns SIGTERM into an immediate
-        exit, skipping all clean-up; installing ours after it puts Python's
-        handler back in front.
+        ``ray.init`` is kept from replacing them (``cluster.keep_signal_handlers``),
+        but Ray's C++ core hooks SIGTERM below Python (a stack dump on stderr,
+        then Python's handler); installing ours again puts Python's in front.
         """
         if threading.current_thread() is not threading.main_thread():
             return  # Only the main thread may own signals (e.g. a test runs us in a thread).
@@ -126,33 +162,42 @@ class Driver(WorkerStartup, ControlLoop, ActorCare):
         self._saved_handlers.clear()
 
     def _on_signal(self, signum, frame) -> None:
-        """First signal: stop gracefully. Second: give up the checkpoint. Then: ignored.
+        """Records the signal: the first asks for a graceful stop, the second for a quick one.
 
-        Raising from the handler interrupts whatever wait the main thread is
-        in (``ray.wait``/``ray.get`` poll for signals). Once tearing down, a
-        signal must not cut ``ray.kill``/``ray.shutdown`` short, or Ray
-        processes would be left behind.
+        It never raises. Ray runs Python's signal handlers from inside
+        ``ray.wait``/``ray.get`` (where the driver spends its time) and turns
+        any KeyboardInterrupt raised there, RunInterrupted included, into a
+        bare KeyboardInterrupt: the signal and the final checkpoint were lost.
+        Raising anywhere else could cut a log line or counters.json in half.
+        So the main thread acts on it at its next ``_check_signal``, which
+        every wait reaches within ``_POLL_S``.
         """
         del frame
-        if self._tearing_down:
-            return
         if self._signum is None:
             self._signum = signum
-            raise RunInterrupted(signum)
-        if not self._hurry:
+        else:
             self._hurry = True
-            raise RunInterrupted(signum)
+
+    def _check_signal(self) -> None:
+        """Raises RunInterrupted if a signal asks to stop (and is not being acted on already)."""
+        if self._hurry or (self._signum is not None and not self._signal_handled):
+            raise RunInterrupted(self._signum)
 
     # ------------------------------------------------------------ stop/teardown
-    def _finish(self, timeout_s: float, final_eval: bool) -> None:
-        """Stops the learner at a step boundary, saves the final checkpoint, evaluates."""
+    def _finish(self, timeout_s: float, final_eval: bool, save_by: Optional[float] = None) -> None:
+        """Stops the learner at a step boundary, saves the final checkpoint, evaluates.
+
+        ``timeout_s`` bounds reaching the step boundary; ``save_by`` (a
+        ``time.monotonic()`` deadline, yet at least ``_SIGNAL_MIN_SAVE_S``)
+        the checkpoint; without it, what is left of ``timeout_s`` plus a call.
+        """
         if self.learner is None:
             return
         deadline = time.monotonic() + timeout_s
         self.learner.request_stop.remote()
         # Keep actors inserting until the learner's train call has returned.
-        while (getattr(self, "train_ref", None) is not None and time.monotonic() < deadline
-               and not self._hurry):
+        while getattr(self, "train_ref", None) is not None and time.monotonic() < deadline:
+            self._check_signal()
             self.stopping = True
             self.stop_deadline = deadline + 1.0
             self._wait_and_handle(0.5)
@@ -163,9 +208,14 @@ class Driver(WorkerStartup, ControlLoop, ActorCare):
         for slot in self.slots:  # No more data is needed: stop acting now.
             kill_worker(slot.handle)
             slot.stopped = True
-        saved = self._get(self.learner.save_checkpoint.remote(self.cfg.call_timeout_s),
-                          max(1.0, deadline - time.monotonic()) + self.cfg.call_timeout_s,
-                          "final checkpoint")
+        self._check_signal()  # a signal (or a second one) that came meanwhile skips the save
+        if save_by is None:
+            save_timeout_s = max(1.0, deadline - time.monotonic()) + self.cfg.call_timeout_s
+        else:
+            save_timeout_s = max(_SIGNAL_MIN_SAVE_S, save_by - time.monotonic())
+        saved = self._get(self.learner.save_checkpoint.remote(min(self.cfg.call_timeout_s,
+                                                                  save_timeout_s)),
+                          save_timeout_s, "final checkpoint")
         self._record_checkpoint(saved)
         if final_eval:
             result = self._get(self.evaluator.evaluate.remote(self.cfg.eval_episodes),
@@ -173,7 +223,8 @@ class Driver(WorkerStartup, ControlLoop, ActorCare):
             self._log_eval(result, self.actor_steps)
 
     def _teardown(self) -> None:
-        self._tearing_down = True
+        # Signals now only set flags nobody checks: nothing here is cut short,
+        # so no Ray process is left behind.
         if ray.is_initialized():
             for handle in [s.handle for s in self.slots] + [self.evaluator, self.learner, self.replay]:
                 kill_worker(handle)
@@ -187,10 +238,33 @@ class Driver(WorkerStartup, ControlLoop, ActorCare):
         self._restore_signal_handlers()
 
     # --------------------------------------------------------------- helpers
+    def _wait(self, refs: List[Any], num_returns: int, timeout_s: float):
+        """``ray.wait`` in slices of ``_POLL_S``, acting on a signal between them."""
+        deadline = time.monotonic() + timeout_s
+        ready: List[Any] = []
+        rest = list(refs)
+        if num_returns < 1 or not rest:
+            return ready, rest
+        while True:
+            got, rest = ray.wait(rest, num_returns=min(num_returns - len(ready), len(rest)),
+                                 timeout=max(0.0, min(_POLL_S, deadline - time.monotonic())))
+            ready += got
+            if len(ready) >= num_returns or not rest or time.monotonic() >= deadline:
+                return ready, rest
+            self._check_signal()
+
     def _get(self, ref, timeout_s: float, what: str):
-        """``ray.get`` with a timeout; any failure becomes a one-line RunFailedError."""
+        """``ray.get`` with a timeout; any failure becomes a one-line RunFailedError.
+
+        Waits in slices (``_wait``), so a signal interrupts a long wait such as
+        the learner's start-up.
+        """
+        ready, _ = self._wait([ref], 1, timeout_s)
+        if not ready:
+            raise RunFailedError(f"{what} did not answer within {timeout_s:g}s")
         try:
-            return ray.get(ref, timeout=timeout_s)
+            # Ready, and ray.wait made it local: this returns at once.
+            return ray.get(ref, timeout=self.cfg.call_timeout_s)
         except ray.exceptions.GetTimeoutError as e:
             raise RunFailedError(f"{what} did not answer within {timeout_s:g}s") from e
         except ray.exceptions.RayError as e:

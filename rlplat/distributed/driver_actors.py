@@ -88,6 +88,7 @@ class ActorCare:
             self._actor_back(slot, stats)
         returns = driver_records.episode_returns(stats)
         self.episodes += int(stats.get("episodes", len(returns)))
+        self._count_env_faults(slot, stats)
         self.env_rate.update(self.actor_steps)
         now = time.monotonic()
         if self.steady_start is None:  # rates from the first result on leave start-up out
@@ -97,11 +98,22 @@ class ActorCare:
                   "env_steps_per_second": self.env_rate.rate(), "policy_version": slot.policy_version,
                   "policy_lag": max(0, self.learner_steps - slot.policy_version),
                   "episodes": self.episodes}
+        if self.physics_errors or self.env_errors:
+            record.update(physics_errors=self.physics_errors, env_errors=self.env_errors)
         if returns:
             record["episode_return"] = sum(returns) / len(returns)
         record.update(driver_records.time_breakdown(stats))
         self.loggers["actor"].write(self.actor_steps, driver_records.finite(record))
         self._submit_actor(slot)
+
+    def _count_env_faults(self, slot: ActorSlot, stats: Dict[str, Any]) -> None:
+        """Counts a chunk's environment faults; a new kind of error is logged with its traceback."""
+        self.physics_errors += int(stats.get("physics_errors") or 0)
+        self.env_errors += int(stats.get("env_errors") or 0)
+        for text in stats.get("env_error_tracebacks") or ():
+            self.console.message(f"actor {slot.index}: {text.splitlines()[0]}; the episode ended and "
+                                 "the actor carries on (traceback in metrics.jsonl)")
+            self._log_actor_event("env_error", slot, traceback=text, env_errors=self.env_errors)
 
     def _actor_failed(self, slot: ActorSlot, reason: str) -> None:
         """Counts and logs a failure, then replaces the actor or, in a crash loop, gives it up."""

@@ -26,7 +26,7 @@ class ControlLoop:
     """Loop methods of ``driver.Driver``.
 
     A mixin: the state lives in ``Driver.__init__`` and ``WorkerStartup._start``;
-    ``_get`` is ``Driver``'s.
+    ``_get`` and ``_check_signal`` are ``Driver``'s.
     """
 
     def _loop(self) -> None:
@@ -55,6 +55,7 @@ class ControlLoop:
         self._tend_actors()
 
         while not self.learner_stopped:
+            self._check_signal()  # SIGINT/SIGTERM: leave for Driver.run's final checkpoint
             if not self.stopping:
                 self.stop_reason = self._stop_reason()
                 if self.stop_reason:

@@ -25,6 +25,7 @@ def summarize(driver, seconds: float) -> Dict[str, Any]:
     return {
         "actor_steps": driver.actor_steps, "learner_steps": driver.learner_steps,
         "episodes": driver.episodes, "actor_restarts": driver.restarts,
+        "physics_errors": driver.physics_errors, "env_errors": driver.env_errors,
         "stop_reason": driver.stop_reason,
         "eval_return": driver.eval.get("eval_return"), "eval_policy_version": driver.eval.get("policy_version"),
         "actor_policy_versions": [s.policy_version for s in driver.slots],

@@ -38,8 +38,8 @@ def kill_worker(handle) -> None:
 class WorkerStartup:
     """Start-up methods of ``driver.Driver``.
 
-    A mixin: the state lives in ``Driver.__init__``, and ``_get`` and the
-    signal handlers are ``Driver``'s.
+    A mixin: the state lives in ``Driver.__init__``, and ``_get``, ``_wait``
+    and the signal handling (``_check_signal``) are ``Driver``'s.
     """
 
     def _start(self) -> None:
@@ -50,9 +50,12 @@ class WorkerStartup:
         # any process starts, and the spec sizes replay and learner.
         with make_environment(self.env, seed=self.seed, **self.env_kwargs) as environment:
             self.spec = specs.make_environment_spec(environment)
+        self._check_signal()
 
-        self.connection = cluster.connect(self.address, log_to_driver=self.cfg.log_to_driver)
+        with cluster.keep_signal_handlers():  # a signal in ray.init still reaches our handler
+            self.connection = cluster.connect(self.address, log_to_driver=self.cfg.log_to_driver)
         self._install_signal_handlers()
+        self._check_signal()
         where = "local Ray" if self.connection.local else "Ray cluster"
         self.console.message(f"{where} at {self.connection.address} (worker logs: "
                              f"{os.path.join(self.connection.session_dir, 'logs')})")
@@ -156,7 +159,8 @@ class WorkerStartup:
         named = [("learner group" if members else "learner", self.learner), ("replay", self.replay)]
         named += [(f"learner worker {i}", handle) for i, handle in enumerate(members)]
         named += [("evaluator", self.evaluator)] + [(f"actor {s.index}", s.handle) for s in self.slots]
-        self.node_placement = placement.locate(named, self.nodes, self.cfg.call_timeout_s)
+        self.node_placement = placement.locate(named, self.nodes, self.cfg.call_timeout_s,
+                                               wait=self._wait)
         for i in range(len(members)):
             where = self.node_placement.get(f"learner worker {i}")
             self.node_placement[f"learner worker {i}"] = where and {**where, "worker_index": i,

@@ -37,8 +37,11 @@ limit is per time window, never per lifetime: an actor restarted more than
 ``actor_max_restarts`` times within ``actor_restart_window_s`` is crash-looping
 and is given up, and only when every actor is given up does the run fail. A
 learner failure or a dead replay server ends the run with ``RunFailedError``
-(one line, non-zero exit in the CLI). SIGINT/SIGTERM: checkpoint if the learner can reach a step boundary
-quickly, kill every worker, shut Ray down, raise ``RunInterrupted``.
+(one line, non-zero exit in the CLI). SIGINT/SIGTERM (to the driver, or to its
+process group as Ctrl-C sends it; Ray's processes run in a session of their
+own and do not get it): checkpoint if the learner reaches a step boundary
+within seconds, kill every worker, shut Ray down, raise ``RunInterrupted``.
+A second signal skips the checkpoint; one during start-up has none to make.
 
 Logs: the driver writes all of them (one TensorBoard writer per role:
 ``actor``, ``learner``, ``evaluator``, plus ``metrics.jsonl``), so they land in

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import ray
 
@@ -63,17 +63,22 @@ def _where_am_i(_worker) -> Dict[str, Any]:
 
 
 def locate(named_handles: Sequence[Tuple[str, Any]], nodes: Sequence[resources.NodeInfo],
-           timeout_s: float) -> Dict[str, Optional[Dict[str, Any]]]:
+           timeout_s: float, wait: Optional[Callable[..., Any]] = None
+           ) -> Dict[str, Optional[Dict[str, Any]]]:
     """``{name: {"node_id", "node_ip", "custom_resources", "pid"}}`` for each worker.
 
     Each worker runs ``_where_am_i`` through Ray's ``__ray_call__`` (after its
     ``__init__``, on the live process). A worker that does not answer within
     ``timeout_s`` in total, or has died, maps to None: the report never holds
-    up or fails a run.
+    up or fails a run. ``wait(refs, num_returns, timeout_s)`` replaces
+    ``ray.wait`` (the driver's waits in slices, to act on signals).
     """
     refs = {name: handle.__ray_call__.remote(_where_am_i) for name, handle in named_handles
             if handle is not None}
-    done, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
+    if wait is None:
+        done, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
+    else:
+        done, _ = wait(list(refs.values()), len(refs), timeout_s)
     done = set(done)
     by_id = {n.node_id: n for n in nodes}
     out: Dict[str, Optional[Dict[str, Any]]] = {}

@@ -39,9 +39,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return args.run(args)
     except common.UsageError as e:
         common.fail(str(e))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
+        # A run's SIGTERM outside its driver (rl_run.Terminated) carries 143.
         sys.stderr.write("rlplat: interrupted\n")
-        return common.EXIT_INTERRUPTED
+        return getattr(e, "exit_code", common.EXIT_INTERRUPTED)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,10 @@ first, the environment (dm_control, ~2 s) last.
 from __future__ import annotations
 
 import argparse
-import sys
 import math
+import signal
+import sys
+import threading
 from typing import Any, Callable, Dict, Optional, Sequence
 
 from rlplat.launch import common
@@ -181,15 +183,21 @@ def run_agent(args: argparse.Namespace, logdir: str, make_builder: Callable[[], 
     """Runs ``make_builder()`` under ``run_on_ray`` with the run flags; returns the exit code.
 
     Exit codes: 0 done, 1 run failed, 2 usage (raised as UsageError), 130/143
-    interrupted by SIGINT/SIGTERM (logs and checkpoints kept).
+    interrupted by SIGINT/SIGTERM (logs and checkpoints kept). While the
+    driver runs it owns both signals (final checkpoint, see ``driver.Driver``);
+    before and after it, SIGTERM unwinds like Ctrl-C (``Terminated``) so the
+    exit code is 143 and an empty run directory is removed.
     """
     # Created only now that every check passed (and before TF and Ray load);
     # removed again if the run stops before writing anything into it.
     created = [] if args.resume else preflight.make_logdir(logdir)
+    saved = _unwind_on_sigterm()
     try:
         summary = _run_on_ray(args, logdir, make_builder, layout_overrides)
     finally:
         preflight.remove_if_empty(created)
+        if saved is not None:
+            signal.signal(signal.SIGTERM, saved)
     if isinstance(summary, int):
         return summary
     eval_return = summary["eval_return"]
@@ -197,6 +205,27 @@ def run_agent(args: argparse.Namespace, logdir: str, make_builder: Callable[[], 
           f"final eval return {'-' if eval_return is None else f'{eval_return:.1f}'}; logs in {logdir}",
           flush=True)
     return common.EXIT_OK
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM outside the driver: unwinds like Ctrl-C; the CLI exits with ``exit_code``."""
+
+    exit_code = 128 + signal.SIGTERM
+
+    def __init__(self):
+        super().__init__("interrupted by SIGTERM")
+
+
+def _raise_terminated(signum, frame) -> None:
+    del signum, frame
+    raise Terminated()
+
+
+def _unwind_on_sigterm():
+    """Makes SIGTERM raise ``Terminated``; returns the handler it replaced (None: not main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _raise_terminated)
 
 
 def _run_on_ray(args: argparse.Namespace, logdir: str, make_builder: Callable[[], Any],

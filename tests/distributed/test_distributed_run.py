@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import psutil
 import pytest
 import ray
@@ -291,3 +292,83 @@ def test_a_dead_replay_server_or_learner_ends_the_run_with_one_line(ray_session,
     text = str(info.value)
     assert text.startswith(message) and "\n" not in text, text
     assert _wait_for_free_cpus(2.0)
+
+
+
+@dataclasses.dataclass(frozen=True)
+class _FaultyEnvBuilder(D4PGBuilder):
+    """D4PG whose acting (not evaluating) actors make the REAL environment fail.
+
+    At every ``every``-th step of an episode the actor sends a NaN control
+    (``fault="nan"``: MuJoCo flags it, dm_control raises PhysicsError) or a
+    wrong-shaped action (``fault="shape"``: dm_control raises ValueError).
+    """
+
+    fault: str = "nan"
+    every: int = 7
+
+    def make_actor(self, environment_spec, variable_source, adder, actor_index, seed,
+                   evaluation=False):
+        actor = super().make_actor(environment_spec, variable_source, adder, actor_index, seed,
+                                   evaluation=evaluation)
+        return actor if evaluation else _BadActions(actor, self.fault, self.every)
+
+
+class _BadActions:
+    def __init__(self, actor, fault, every):
+        self._actor, self._fault, self._every, self._t = actor, fault, every, 0
+
+    def __getattr__(self, name):
+        return getattr(self._actor, name)
+
+    def observe_first(self, timestep):
+        self._t = 0
+        self._actor.observe_first(timestep)
+
+    def select_action(self, observation):
+        self._t += 1
+        action = self._actor.select_action(observation)
+        if self._t % self._every:
+            return action
+        return np.full_like(action, np.nan) if self._fault == "nan" else np.concatenate([action] * 2)
+
+    def observe(self, action, next_timestep):
+        # Replay gets a well-formed action, whatever the environment was sent
+        # (a real divergence comes with a finite action).
+        self._actor.observe(np.nan_to_num(np.asarray(action, np.float32)[:1]), next_timestep)
+
+
+def _run_faulty(builder, logdir):
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests
+    try:
+        return layout.run_on_ray(builder, ENV, num_actors=1, max_actor_steps=2_000, logdir=logdir,
+                                 seed=SEED, console=False, layout=LAYOUT)
+    finally:
+        ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.mark.parametrize("fault", ["nan", "shape"])
+def test_environment_faults_end_episodes_are_counted_and_logged_and_the_run_goes_on(
+        ray_session, tmp_path, fault):
+    del ray_session
+    logdir = str(tmp_path / "run")
+    # Other errors are bounded (EnvironmentLoop's max_env_errors, 100): fewer of them.
+    every = 7 if fault == "nan" else 50
+    summary = _run_faulty(_FaultyEnvBuilder(config=SMALL, steps_per_call=4, fault=fault,
+                                            every=every), logdir)
+    # Every episode ends at its every-th step, by the fault; the actor was never restarted.
+    counted = summary["physics_errors"] if fault == "nan" else summary["env_errors"]
+    other = summary["env_errors"] if fault == "nan" else summary["physics_errors"]
+    assert counted == summary["episodes"] == summary["actor_steps"] // every and other == 0, summary
+    assert summary["actor_restarts"] == 0 and summary["actor_steps"] >= 2_000
+    records = loggers.read_jsonl(os.path.join(logdir, loggers.JSONL_NAME))
+    actors = [r for r in records if r.get("role") == "actor"]
+    assert actors[-1]["physics_errors" if fault == "nan" else "env_errors"] == counted
+    events = [r for r in records if r.get("event") == "env_error"]
+    if fault == "nan":
+        assert events == []
+    else:  # logged once, with the environment's own traceback
+        assert len(events) == 1 and events[0]["actor_index"] == 0, events
+        text = events[0]["traceback"]
+        assert text.startswith("environment step raised ValueError") and "Traceback" in text
+        assert "shape" in text
