@@ -20,6 +20,7 @@ from rlplat import replication
 from rlplat.utils import checkpointing
 
 from d4pg_testlib import SPEC, batches_dataset, random_batch, small_config
+from checkpoint_state import checkpointed_state
 
 BAD_BATCH = 2  # 0-based: the third step of the call is the first non-finite one
 
@@ -34,14 +35,6 @@ def _learner(repl, batches, steps_per_call):
     # A long target period: no copy between calls, so one call is 4 steps.
     return D4PGLearner(small_config(target_update_period=1000), SPEC, repl,
                        repl.distribute(batches_dataset(batches)), steps_per_call=steps_per_call)
-
-
-def _state(learner, repl):
-    """Every checkpointed variable, per replica copy, as NumPy."""
-    ckpt = tf.train.Checkpoint(**learner.checkpointables())
-    variables = [v for v in tf.train.TrackableView(ckpt).descendants() if isinstance(v, tf.Variable)]
-    return {(v.name, i): np.array(c.numpy())
-            for v in variables for i, c in enumerate(repl.strategy.experimental_local_results(v))}
 
 
 def _copy(src, dst):
@@ -81,7 +74,7 @@ def test_nan_mid_call_stops_at_that_step_with_the_last_finite_weights(tmp_path, 
     assert "weights are those of step 2" in message and "lower --critic-learning-rate" in message
     assert learner.num_steps == 2
 
-    want, got = _state(reference, repl), _state(learner, repl)
+    want, got = checkpointed_state(reference, repl), checkpointed_state(learner, repl)
     assert want.keys() == got.keys() and len({i for _, i in got}) == num_replicas
     for key, value in want.items():
         np.testing.assert_array_equal(got[key], value, err_msg=str(key))  # bit for bit
@@ -91,7 +84,7 @@ def test_nan_mid_call_stops_at_that_step_with_the_last_finite_weights(tmp_path, 
     with pytest.raises(FloatingPointError, match="at learner step 3;"):
         learner.step()
     for key, value in want.items():
-        np.testing.assert_array_equal(_state(learner, repl)[key], value)
+        np.testing.assert_array_equal(checkpointed_state(learner, repl)[key], value)
 
     # A checkpoint saved after the error holds the finite weights of step 2.
     checkpointer = checkpointing.Checkpointer(str(tmp_path / "checkpoints"), **learner.checkpointables())

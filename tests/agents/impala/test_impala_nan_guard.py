@@ -6,20 +6,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from agents.impala.learning import IMPALALearner
 from rlplat import replication
 
 from impala_testlib import DISCRETE_SPEC, batches_dataset, random_batch, small_config
-
-
-def _state(learner, repl):
-    """Every checkpointed variable, per replica copy, as NumPy."""
-    ckpt = tf.train.Checkpoint(**learner.checkpointables())
-    variables = [v for v in tf.train.TrackableView(ckpt).descendants() if isinstance(v, tf.Variable)]
-    return {(v.name, i): np.array(c.numpy())
-            for v in variables for i, c in enumerate(repl.strategy.experimental_local_results(v))}
+from checkpoint_state import checkpointed_state
 
 
 # With 2 replicas, unroll 6 is on replica 1 only: the all-reduce makes both skip.
@@ -45,7 +37,7 @@ def test_nan_reward_mid_call_stops_at_that_step_with_the_last_finite_weights(num
     assert message.startswith("IMPALA: non-finite ") and "at learner step 3;" in message
     assert "baseline loss" in message and "lower --learning-rate" in message
     assert learner.num_steps == 2 and learner.num_dropped == reference.num_dropped
-    want, got = _state(reference, repl), _state(learner, repl)
+    want, got = checkpointed_state(reference, repl), checkpointed_state(learner, repl)
     assert want.keys() == got.keys()
     for key, value in want.items():
         np.testing.assert_array_equal(got[key], value, err_msg=str(key))

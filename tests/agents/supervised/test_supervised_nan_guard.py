@@ -7,6 +7,7 @@ import tensorflow as tf
 from agents.supervised import data, learning
 from agents.supervised.config import SupervisedConfig
 from rlplat import replication
+from checkpoint_state import checkpointed_state
 
 BAD_STEP = 3  # 1-based: the third step of a 4-step call
 
@@ -29,13 +30,6 @@ def _batches(repl, config, poison):
     return repl.distribute(input_fn)
 
 
-def _state(learner, repl):
-    ckpt = tf.train.Checkpoint(**learner.checkpointables())
-    variables = [v for v in tf.train.TrackableView(ckpt).descendants() if isinstance(v, tf.Variable)]
-    return {(v.name, i): np.array(c.numpy())
-            for v in variables for i, c in enumerate(repl.strategy.experimental_local_results(v))}
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("num_replicas", [1, 2])
 def test_nan_input_mid_call_keeps_the_previous_model_and_batch_norm_statistics(num_replicas):
@@ -50,7 +44,7 @@ def test_nan_input_mid_call_keeps_the_previous_model_and_batch_norm_statistics(n
     assert message.startswith(f"supervised: non-finite loss and gradient at learner step {BAD_STEP};")
     assert "\n" not in message and "--resume" not in message and "lower --learning-rate" in message
     assert learner.step == BAD_STEP - 1
-    want, got = _state(reference, repl), _state(learner, repl)
+    want, got = checkpointed_state(reference, repl), checkpointed_state(learner, repl)
     assert want.keys() == got.keys()
     assert any("moving_mean" in name for name, _ in got)  # batch norm's statistics are compared too
     for key, value in want.items():
