@@ -49,21 +49,15 @@ def main(argv=None):
     parser.add_argument("--max-actor-steps", type=int, default=200_000)
     parser.add_argument("--eval-every", type=int, default=5_000, help="actor steps between evaluations")
     parser.add_argument("--eval-episodes", type=int, default=5)
-    parser.add_argument("--seeds", type=int, default=3, help="number of seeds")
-    parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--variant", default="default", help="name of this configuration in the results")
-    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="D4PGConfig override (repeatable)")
-    parser.add_argument("--no-reuse", action="store_true", help="rerun seeds that have a record")
-    parser.add_argument("--report-only", action="store_true", help="only rebuild the JSON and PNG")
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    seeds_lib.add_sweep_arguments(parser, "D4PGConfig",
+                                  os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = parser.parse_args(argv)
     overrides = _parse_sets(args.set)
     settings = {"env": args.env, "target": args.target, "num_actors": args.num_actors,
                 "max_actor_steps": args.max_actor_steps, "eval_every": args.eval_every,
                 "eval_episodes": args.eval_episodes, "overrides": overrides}
     if not args.report_only:
-        seed_list = list(range(args.first_seed, args.first_seed + args.seeds))
+        seed_list = seeds_lib.seed_list(args)
         records = seeds_lib.run_seeds(args.out, BENCH, args.variant, seed_list, settings,
                                       lambda seed: run_one(args, overrides, seed), reuse=not args.no_reuse)
         summary = seeds_lib.summarise(records, args.target, args.max_actor_steps)

@@ -72,8 +72,6 @@ def slug(env: str) -> str:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=("all", "cartpole", "control"), default="all")
-    parser.add_argument("--seeds", type=int, default=3, help="number of seeds")
-    parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--cartpole-target", type=float, default=475.0)
     parser.add_argument("--cartpole-steps", type=int, default=1_000_000,
                         help="env steps of each CartPole run (it does not stop at the target)")
@@ -84,15 +82,9 @@ def main(argv=None):
                         help="actor steps between evaluations (control tasks)")
     parser.add_argument("--eval-episodes", type=int, default=5)
     parser.add_argument("--num-actors", type=int, default=2)
-    parser.add_argument("--variant", default="default", help="name of this configuration in the results")
-    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                        help="IMPALAConfig override (repeatable)")
-    parser.add_argument("--no-reuse", action="store_true", help="rerun seeds that have a record")
-    parser.add_argument("--report-only", action="store_true", help="only rebuild the JSON and PNGs")
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
+    seeds_lib.add_sweep_arguments(parser, "IMPALAConfig",
+                                  os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = parser.parse_args(argv)
-    if args.seeds < 1:
-        raise SystemExit("--seeds must be >= 1")
     overrides = _parse_sets(args.set)
     runs = []  # (env, target, steps, eval_every, stop_at_target)
     if args.part in ("all", "cartpole"):
@@ -102,7 +94,7 @@ def main(argv=None):
             env, target, steps = _parse_task(text)
             runs.append((env, target, steps, args.eval_every, True))
     if not args.report_only:
-        seed_list = list(range(args.first_seed, args.first_seed + args.seeds))
+        seed_list = seeds_lib.seed_list(args)
         for env, target, steps, eval_every, stop in runs:
             settings = {"env": env, "target": target, "stop_at_target": stop,
                         "num_actors": args.num_actors, "max_actor_steps": steps,

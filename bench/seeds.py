@@ -59,6 +59,25 @@ def recorded_variants(out_dir: str, bench: str) -> Dict[str, List[Dict[str, Any]
 
 
 
+def add_sweep_arguments(parser: Any, config_name: str, out_dir: str) -> None:
+    """The flags every seeded learning bench shares: seeds, variant, overrides, reuse, output."""
+    parser.add_argument("--seeds", type=int, default=3, help="number of seeds")
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--variant", default="default", help="name of this configuration in the results")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help=f"{config_name} override (repeatable)")
+    parser.add_argument("--no-reuse", action="store_true", help="rerun seeds that have a record")
+    parser.add_argument("--report-only", action="store_true", help="only rebuild the JSON and PNGs")
+    parser.add_argument("--out", default=out_dir)
+
+
+def seed_list(args: Any) -> List[int]:
+    """The seeds ``add_sweep_arguments``' flags ask for (at least one)."""
+    if args.seeds < 1:
+        raise SystemExit("--seeds must be >= 1")
+    return list(range(args.first_seed, args.first_seed + args.seeds))
+
+
 def parse_overrides(config_class: Any, pairs: Sequence[str]) -> Dict[str, Any]:
     """``--set FIELD=VALUE`` pairs -> config overrides, typed like ``config_class``'s defaults.
 
