@@ -220,6 +220,10 @@ class ControlLoop:
         for _ in range(2):  # more misses in a row: one slow answer on a busy box is not death
             if self._read_replay(timeout_s=5.0):
                 return
+            # A signal that came while we probed wins over the verdict: the user
+            # asked to stop (and for a checkpoint), and a frozen or busy learner
+            # is then the stop path's business, with its own budget.
+            self._check_signal()
         if self.colocate:
             raise RunFailedError(
                 f"learner failed: its process, which also hosts the replay server at "

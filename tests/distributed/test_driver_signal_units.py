@@ -102,6 +102,30 @@ def test_a_second_signal_during_the_stop_gives_up_the_checkpoint():
     assert "second signal: stopping now, without a final checkpoint" in _said(driver)
 
 
+def test_a_signal_during_the_replay_probe_wins_over_the_learner_death_verdict():
+    """A learner frozen (e.g. suspended) stops answering the replay probe; the
+    user's signal, sent meanwhile, must lead to the stop path, not to 'learner
+    failed' (the CI failure of the second-signal CLI test)."""
+    driver = _driver()
+    driver.loop_started = time.monotonic()
+    driver.replay_address, driver.colocate = "127.0.0.1:1", True
+    probes = []
+
+    def read_replay(timeout_s=2.0):
+        probes.append(timeout_s)
+        if len(probes) == 1:
+            driver._on_signal(signal.SIGINT, None)  # arrives while the first probe waits
+        return False
+
+    driver._read_replay = read_replay
+    with pytest.raises(RunInterrupted) as info:
+        driver._check_replay_alive()
+    assert info.value.exit_code == 130 and len(probes) == 1
+    driver._signal_handled = True  # during the stop, a dead replay is a verdict again
+    with pytest.raises(Exception, match="no longer answers"):
+        driver._check_replay_alive()
+
+
 def test_keep_signal_handlers_holds_back_sigint_and_sigterm_only():
     def mine(signum, frame):
         del signum, frame
