@@ -16,7 +16,9 @@ Signals: a local instance's processes (GCS, raylet, agents, and through the
 raylet the workers) start in a session of their own, so a signal to the
 driver's process group (Ctrl-C in a terminal, ``kill -TERM -PGID``) reaches
 only the driver, which then needs them alive for the final checkpoint; they
-still die with the driver (Ray's kernel fate-sharing). ``keep_signal_handlers``
+still die with the driver: Ray's kernel fate-sharing for the head processes,
+and a reaper (``reaper.py``) for the agents, which otherwise outlive a
+``kill -9`` of the driver by 30 s or more. ``keep_signal_handlers``
 stops ``ray.init`` from replacing the caller's SIGINT/SIGTERM handlers.
 """
 
@@ -33,6 +35,7 @@ from typing import Optional, Tuple
 
 import ray
 
+from rlplat.distributed import reaper as reaper_lib
 from rlplat.utils import tf_setup
 
 # Ray picks the node's network IP even when asked for 127.0.0.1
@@ -111,6 +114,8 @@ def disconnect(connection: Optional[Connection]) -> None:
     """
     if connection is not None and connection.owned and ray.is_initialized():
         ray.shutdown()
+        if connection.local:
+            _release_reaper()  # sweeps what ray.shutdown left (an agent still reporting)
 
 
 def _current(owned: bool, local: Optional[bool] = None) -> Connection:
@@ -129,7 +134,8 @@ def _start_local(num_cpus: Optional[int], log_to_driver: bool, logging_level: in
     num_cpus = tf_setup.available_cpus() if num_cpus is None else int(num_cpus)
     if num_cpus < 1:
         raise ValueError(f"num_cpus must be >= 1 (got {num_cpus})")
-    with _loopback_only(), _own_session():
+    session = _own_session()
+    with _loopback_only(), session:
         ray.init(
             address="local",  # never RAY_ADDRESS: no address means "start one here"
             num_cpus=num_cpus,
@@ -138,7 +144,28 @@ def _start_local(num_cpus: Optional[int], log_to_driver: bool, logging_level: in
             logging_level=logging_level,
             configure_logging=True,
         )
+    _start_reaper(session.spawned)
     return _current(owned=True, local=True)
+
+
+# The reaper of the local instance this process started (see reaper.py).
+_REAPER: Optional[reaper_lib.Reaper] = None
+
+
+def _start_reaper(spawned_pids) -> None:
+    global _REAPER  # pylint: disable=global-statement
+    if _REAPER is not None:
+        _REAPER.release(timeout_s=0)
+        _REAPER = None
+    if spawned_pids and reaper_lib.supported():
+        _REAPER = reaper_lib.Reaper(spawned_pids)
+
+
+def _release_reaper() -> None:
+    global _REAPER  # pylint: disable=global-statement
+    if _REAPER is not None:
+        _REAPER.release()
+        _REAPER = None
 
 
 class _loopback_only:  # pylint: disable=invalid-name
@@ -179,7 +206,11 @@ class _own_session:  # pylint: disable=invalid-name
     through ``services.ConsolePopen``; kernel fate-sharing (PR_SET_PDEATHSIG,
     set in their ``preexec_fn``) still ends them when the driver dies. If a
     future Ray drops that class, they simply stay in the driver's group.
+    ``spawned`` collects their PIDs (each its session's ID) for the reaper.
     """
+
+    def __init__(self):
+        self.spawned: list = []
 
     def __enter__(self):
         from ray._private import services  # pylint: disable=g-import-not-at-top
@@ -188,11 +219,14 @@ class _own_session:  # pylint: disable=invalid-name
         self._saved = getattr(services, "ConsolePopen", None)
         if self._saved is not None and os.name == "posix":
             base = self._saved
+            spawned = self.spawned
 
             class NewSessionPopen(base):  # pylint: disable=too-few-public-methods
                 def __init__(self, *args, **kwargs):
                     kwargs.setdefault("start_new_session", True)
                     super().__init__(*args, **kwargs)
+                    if kwargs["start_new_session"]:
+                        spawned.append(self.pid)  # its PID is its session's ID
 
             services.ConsolePopen = NewSessionPopen
         return self

@@ -258,3 +258,29 @@ def test_signal_during_start_up_stops_cleanly(tmp_path):
         run.leftovers_after_exit()
     finally:
         run.close()
+
+
+def test_sigkill_of_the_driver_leaves_no_ray_or_reverb_process(tmp_path, record_property):
+    """``kill -9`` of `rlplat train`: no handler runs, so only fate-sharing can clean up.
+
+    Ray's GCS, raylet and the other head processes die with their parent (the
+    kernel's parent-death signal, kept although they run in a session of their
+    own); the workers, the learner with its Reverb server among them, follow
+    their raylet. Every process of the run must be gone within 30 s.
+    """
+    run = _Run(tmp_path, "d4pg")
+    try:
+        run.wait_running()
+        run.snapshot()
+        assert any("ray::LearnerWorker" in _title(p) for p in run.processes)  # hosts Reverb
+        sent = run.send(signal.SIGKILL, "pid")
+        assert run.proc.wait(timeout=30) == -signal.SIGKILL
+        deadline = time.monotonic() + 30
+        while _alive(run.processes) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        left = _alive(run.processes)
+        assert not left, [f"{p.pid} {_title(p)}" for p in left]
+        record_property("kill_to_no_process_s", round(time.time() - sent, 2))
+        print(f"signal timing driver SIGKILL: kill_to_no_process_s={time.time() - sent:.2f}")
+    finally:
+        run.close()
