@@ -23,6 +23,17 @@ from rlplat.replication import devices as devices_lib
 from rlplat.replication import primitives
 
 InputFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
+# Traces of replicated steps in this process. A steady run traces each step
+# once; a count that keeps rising is retracing (a Python value or a new shape
+# reaching the step), which costs seconds per call and leaks graph memory.
+_TRACES = {"count": 0}
+
+
+def trace_count() -> int:
+    """How many times this process has traced a replicated step (``run``/``run_steps``)."""
+    return _TRACES["count"]
+
+
 _OUTPUT_REDUCTIONS = {
     "mean": tf.distribute.ReduceOp.MEAN,
     "sum": tf.distribute.ReduceOp.SUM,
@@ -113,7 +124,13 @@ class Replicator:
         key = (step_fn, reduce)
         compiled = self._compiled.get(key)
         if compiled is None:
-            compiled = tf.function(self._make_replicated(step_fn, reduce))
+            replicated = self._make_replicated(step_fn, reduce)
+
+            def counted(*inner):
+                _TRACES["count"] += 1  # Python runs here only while tracing
+                return replicated(*inner)
+
+            compiled = tf.function(counted)
             self._compiled[key] = compiled
         return compiled(*args)
 
@@ -133,6 +150,7 @@ class Replicator:
 
             @tf.function
             def loop(it, n):
+                _TRACES["count"] += 1  # Python runs here only while tracing
                 outputs = replicated(next(it))
                 for _ in tf.range(n - 1):
                     outputs = replicated(next(it))

@@ -145,3 +145,30 @@ def test_strategy_choice_for_local_devices():
     assert replication.make_replicator().strategy is tf.distribute.get_strategy()
     assert isinstance(replication.make_replicator(devices=["/cpu:1"]).strategy, tf.distribute.OneDeviceStrategy)
     assert isinstance(replication.make_replicator(num_replicas=2).strategy, tf.distribute.MirroredStrategy)
+
+
+def test_trace_count_counts_each_trace_once_and_only_traces():
+    """``trace_count`` is what the soak bench watches for retracing: steady calls add nothing."""
+    from rlplat.replication import replicator as replicator_lib  # pylint: disable=g-import-not-at-top
+
+    repl = replication.make_replicator(num_replicas=2)
+
+    def step(batch):
+        return {"sum": replication.all_reduce(tf.reduce_sum(batch), "sum")}
+
+    def dataset(batch_size):
+        return tf.data.Dataset.from_tensor_slices(np.ones((64, 3), np.float32)).repeat().batch(
+            batch_size, drop_remainder=True)
+
+    start = replicator_lib.trace_count()
+    iterator = repl.distribute(dataset(4))
+    repl.run_steps(step, iterator, 3)
+    assert replicator_lib.trace_count() == start + 1
+    for num_steps in (3, 5, 1):  # the step count is a tensor: no new trace
+        assert repl.run_steps(step, iterator, num_steps)["sum"].numpy() == pytest.approx(12.0)
+    assert replicator_lib.trace_count() == start + 1
+    repl.run(step, tf.ones([2, 3]))  # another entry point is another trace...
+    repl.run(step, tf.ones([2, 3]))
+    assert replicator_lib.trace_count() == start + 2
+    repl.run(step, tf.ones([5, 3]))  # ...and so is a new shape (what the bench must catch)
+    assert replicator_lib.trace_count() == start + 3
