@@ -5,10 +5,19 @@ adapter hides Ray from them. Pulls are versioned: the actor sends the version
 it already holds and the learner answers None when it has nothing newer, so
 an actor polling faster than the learner steps moves no weights at all.
 Every wait is bounded (``timeout_s``).
+
+With ``prefetch`` (acting actors), a pull does not wait for the learner: it
+adopts the answer to the previous pull if that has arrived, and sends the
+next request, so the actor keeps stepping its environment while the learner
+serves. The weights it acts with are then one pull period older (at the
+default period of 10 actor steps, well under one learner step), and the
+round trip leaves the actor's critical path; the first pull, with nothing to
+act with yet, still waits.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Dict, Optional, Sequence, Tuple
 
 import numpy as np
@@ -33,9 +42,13 @@ class RemoteVariableSource(core.VariableSource):
       timeout_s: bound on one pull.
       first_timeout_s: bound on the first call (default ``timeout_s``); a
         worker started alongside the learner waits for its build here.
+      prefetch: answer from the previous pull and send the next one instead
+        of waiting (see the module docstring). A request unanswered for
+        ``timeout_s`` is then waited for and fails as a blocking pull would.
     """
 
-    def __init__(self, handle, timeout_s: float = 60.0, first_timeout_s: Optional[float] = None):
+    def __init__(self, handle, timeout_s: float = 60.0, first_timeout_s: Optional[float] = None,
+                 prefetch: bool = False):
         if isinstance(handle, str):
             handle = ray.get_actor(handle)
         self._handle = handle
@@ -44,20 +57,39 @@ class RemoteVariableSource(core.VariableSource):
         self._answered = False
         self._cache: Dict[Tuple[str, ...], Tuple[int, Dict[str, Sequence[np.ndarray]]]] = {}
         self.num_pulls = 0  # Pulls that moved weights (for stats).
+        self._prefetch = bool(prefetch)
+        self._in_flight: Dict[Tuple[str, ...], Tuple[object, float]] = {}  # key -> (ref, sent)
 
     def get_variables(self, names: Sequence[str]) -> Tuple[int, Dict[str, Sequence[np.ndarray]]]:
         key = tuple(names)
-        held_version = self._cache[key][0] if key in self._cache else -1
-        fresh = self.call("get_variables_if_newer", list(names), held_version)
+        if not self._prefetch or key not in self._cache:
+            held_version = self._cache[key][0] if key in self._cache else -1
+            self._adopt(key, self.call("get_variables_if_newer", list(names), held_version))
+            return self._cache[key]
+        if key in self._in_flight:
+            ref, sent = self._in_flight[key]
+            ready, _ = ray.wait([ref], timeout=0)
+            if not ready and time.monotonic() - sent < self._timeout_s:
+                return self._cache[key]  # still on its way: act on with what we hold
+            del self._in_flight[key]
+            self._adopt(key, self._get(ref, max(0.0, self._timeout_s - (time.monotonic() - sent)),
+                                       "get_variables_if_newer"))
+        ref = self._handle.get_variables_if_newer.remote(list(names), self._cache[key][0])
+        self._in_flight[key] = (ref, time.monotonic())
+        return self._cache[key]
+
+    def _adopt(self, key: Tuple[str, ...], fresh) -> None:
         if fresh is not None:
             self._cache[key] = fresh
             self.num_pulls += 1
-        return self._cache[key]
 
     def call(self, method: str, *args):
         """``handle.<method>(*args)``, waited for at most ``timeout_s``."""
         ref = getattr(self._handle, method).remote(*args)
         timeout_s = self._timeout_s if self._answered else self._first_timeout_s
+        return self._get(ref, timeout_s, method)
+
+    def _get(self, ref, timeout_s: float, method: str):
         try:
             result = ray.get(ref, timeout=timeout_s)
         except ray.exceptions.GetTimeoutError as e:
