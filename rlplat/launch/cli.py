@@ -2,6 +2,7 @@
 
     rlplat envs
     rlplat train supervised [--num-replicas N] [--logdir DIR] [--resume] ...
+    rlplat plot RUN [RUN...] [--metric eval_return] [--x env_steps] [-o curves.png] [--csv F]
 
 Commands come from the ``COMMANDS`` registry (modules of ``rlplat.launch``).
 TensorFlow is not imported until a command runs, after its flags are checked;
@@ -23,6 +24,7 @@ COMMANDS = (
     "rlplat.launch.envs_command",
     "rlplat.launch.train_command",
     "rlplat.launch.cluster_command",
+    "rlplat.launch.plot_command",
 )
 
 
