@@ -2,6 +2,7 @@
 
     rlplat envs
     rlplat train supervised [--num-replicas N] [--logdir DIR] [--resume] ...
+    rlplat status --logdir RUN [--json] [--watch S]
     rlplat plot RUN [RUN...] [--metric eval_return] [--x env_steps] [-o curves.png] [--csv F]
 
 Commands come from the ``COMMANDS`` registry (modules of ``rlplat.launch``).
@@ -25,6 +26,7 @@ COMMANDS = (
     "rlplat.launch.train_command",
     "rlplat.launch.cluster_command",
     "rlplat.launch.plot_command",
+    "rlplat.launch.status_command",
 )
 
 

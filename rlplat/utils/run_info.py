@@ -61,6 +61,7 @@ def write_run_info(logdir: str, config: Mapping[str, Any],
         "python": sys.version.split()[0],
         "platform": platform.platform(),
         "hostname": socket.gethostname(),
+        "pid": os.getpid(),  # with hostname: `rlplat status` tells a live run from an ended one
         "argv": list(sys.argv),
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         **dict(extra or {}),

@@ -17,6 +17,7 @@ machine only a clearly broken path (over ``_EXIT_BOUND_S``) fails.
 """
 
 import glob
+import json
 import os
 import signal
 import subprocess
@@ -153,6 +154,15 @@ def _alive(processes):
     return left
 
 
+def _status(logdir):
+    """``rlplat status --logdir LOGDIR --json``, through the real CLI."""
+    command = [RLPLAT] if os.path.exists(RLPLAT) else [sys.executable, "-m", "rlplat.launch.cli"]
+    result = subprocess.run([*command, "status", "--logdir", logdir, "--json"], capture_output=True,
+                            text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
 def _checkpoint_index(logdir):
     """The newest checkpoint's ``.index`` file, or None."""
     found = sorted(glob.glob(os.path.join(logdir, "checkpoints", "ckpt-*.index")), key=os.path.getmtime)
@@ -169,6 +179,9 @@ def test_signal_checkpoints_exits_and_leaves_no_process(tmp_path, record_propert
     run = _Run(tmp_path, agent)
     try:
         run.wait_running()
+        live = _status(run.logdir)  # `rlplat status` on the live run (issue: a job's health)
+        assert live["run"]["state"] == "live" and live["run"]["pid"] == run.proc.pid, live
+        assert live["actor_steps"] > 0 and live["num_actors"] == 2, live
         sent = run.send(signum, how)
         code = run.wait_exit()
         exited = time.time() - sent
@@ -186,6 +199,9 @@ def test_signal_checkpoints_exits_and_leaves_no_process(tmp_path, record_propert
         step = int(os.path.basename(index)[len("ckpt-"):-len(".index")])
         assert counters.load_counters(run.logdir, step)["actor_steps"] > 0  # a --resume continues it
         gone = run.leftovers_after_exit()
+        ended = _status(run.logdir)
+        assert ended["run"]["state"] == "ended" and ended["eta_s"] is None, ended
+        assert ended["checkpoint"]["learner_step"] == step, ended
         timing = {"signal_to_checkpoint_s": round(to_checkpoint, 2), "signal_to_exit_s": round(exited, 2),
                   "exit_to_no_process_s": round(gone, 2)}
         for key, value in timing.items():
