@@ -67,7 +67,20 @@ def format_status(*, actor_steps: int, max_actor_steps: Optional[float], learner
     ]
     if restarts:
         parts.append(f"restarts {restarts}")
+    if (max_actor_steps and math.isfinite(max_actor_steps) and env_steps_per_s
+            and env_steps_per_s > 0 and math.isfinite(env_steps_per_s)):
+        parts.append(f"eta {format_duration(max(0.0, max_actor_steps - actor_steps) / env_steps_per_s)}")
     return " | ".join(parts)
+
+
+def format_duration(seconds: float) -> str:
+    """``75`` -> ``1m15s``, ``3725`` -> ``1h02m``: short enough for the console line."""
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 class ConsoleLine:

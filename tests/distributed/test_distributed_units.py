@@ -75,8 +75,16 @@ def test_status_line_and_rates():
         learner_steps_per_s=11.04, eval_return=None, eval_version=None, replay_size=12000,
         samples_per_insert=31.9, policy_version=340, policy_lag=10.0)
     for part in ("actor 12,000/100,000", "learner 350", "eval -", "env 381/s", "learn 11.0/s",
-                 "replay 12,000", "spi 31.9", "policy v340 lag 10"):
+                 "replay 12,000", "spi 31.9", "policy v340 lag 10",
+                 "eta 3m51s"):  # (100,000 - 12,000) / 381.2 = 230.8 s
         assert part in line
+    unbounded = progress.format_status(
+        actor_steps=12000, max_actor_steps=None, learner_steps=350, env_steps_per_s=381.2,
+        learner_steps_per_s=11.04, eval_return=None, eval_version=None, replay_size=12000,
+        samples_per_insert=31.9, policy_version=340, policy_lag=10.0)
+    assert "eta" not in unbounded  # no end known, no ETA
+    assert [progress.format_duration(s) for s in (0.4, 59, 75, 3599, 3725, 90000)] == [
+        "0s", "59s", "1m15s", "59m59s", "1h02m", "25h00m"]
     out = io.StringIO()  # not a terminal: one line per update
     console = progress.ConsoleLine(True, out)
     console.show("a")
