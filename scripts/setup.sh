@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything rlplat needs on a fresh Debian/Ubuntu machine with Python 3.11:
-# system libraries (OSMesa for MuJoCo; sshd/rsync for the `ray up` tests), then a
+# system libraries (OSMesa for MuJoCo; sshd/rsync for the `ray up` tests; gcc for the
+# loopback shim), then a
 # virtualenv at .venv with the pinned stack from constraints.txt.
 # Re-running is cheap: each step is skipped when already satisfied.
 set -euo pipefail
@@ -8,7 +9,7 @@ cd "$(dirname "$0")/.."
 
 PYTHON="${PYTHON:-python3.11}"
 VENV="${RLPLAT_VENV:-.venv}"
-APT_PACKAGES=(libosmesa6 libgl1 openssh-server rsync netcat-openbsd iproute2 procps)
+APT_PACKAGES=(libosmesa6 libgl1 openssh-server rsync netcat-openbsd iproute2 procps gcc libc6-dev)
 
 log() { printf '[setup] %s\n' "$*"; }
 die() { printf 'setup: error: %s\n' "$*" >&2; exit 2; }
@@ -41,5 +42,23 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   "$VENV/bin/pip" install -q --upgrade pip
   "$VENV/bin/pip" install -q -c constraints.txt -e ".[test]"
   echo "$want" > "$stamp"
+fi
+# The LD_PRELOAD shim that keeps a local run's Reverb and TensorFlow servers on
+# loopback (rlplat/distributed/loopback.py finds it here). Setup fails without a
+# C compiler rather than leave every local run listening on all interfaces;
+# RLPLAT_SKIP_LOOPBACK_SHIM=1 skips it knowingly (runs then warn at start).
+shim_src=rlplat/distributed/loopback_bind.c
+shim="$VENV/lib/rlplat/loopback_bind.so"
+if [ "${RLPLAT_SKIP_LOOPBACK_SHIM:-0}" = 1 ]; then
+  log "warning: not building $shim (RLPLAT_SKIP_LOOPBACK_SHIM=1): local runs' servers will listen on all interfaces"
+elif [ ! -f "$shim" ] || [ "$shim_src" -nt "$shim" ]; then
+  CC="${CC:-gcc}"
+  command -v "$CC" >/dev/null 2>&1 \
+    || die "a C compiler ($CC) is needed to build $shim, which keeps local runs on loopback; run: sudo apt-get install -y gcc libc6-dev (or set RLPLAT_SKIP_LOOPBACK_SHIM=1 to go without it)"
+  log "building $shim"
+  mkdir -p "$(dirname "$shim")"
+  "$CC" -O2 -Wall -shared -fPIC -o "$shim.tmp" "$shim_src" -ldl \
+    || die "could not compile $shim_src (are the C headers installed? sudo apt-get install -y libc6-dev)"
+  mv "$shim.tmp" "$shim"
 fi
 log "ready: $("$VENV/bin/python" -c 'import tensorflow as t, reverb, ray; print("tensorflow", t.__version__, "| ray", ray.__version__)' 2>/dev/null)"

@@ -1,16 +1,19 @@
 """Connecting the driver to Ray: a private local instance, or a running cluster.
 
 ``connect()`` with no address starts a LOCAL Ray instance sized for this
-machine, with no dashboard, quiet logs and every Ray server bound to the
-loopback interface (127.0.0.1), so nothing of it is reachable from the
-network. Ray 2.60 turns token authentication on for instances it starts; that
-stays on (the token lives in ``~/.ray/auth_token``; Ray handles it).
+machine, with no dashboard, quiet logs and nothing reachable from the
+network: every Ray server is bound to 127.0.0.1, and the servers inside its
+workers that take only a port (Reverb, TensorFlow's gRPC) are kept on
+loopback by the LD_PRELOAD shim (``loopback``). Token authentication is
+switched on explicitly, with a token of this instance only (``ray_auth``).
 
 ``connect("HOST:PORT")`` / ``connect("auto")`` join an existing cluster (one
 started with ``ray start --head`` or ``ray up``). Ray's own connect can retry
 for a long time when the address is wrong, so the GCS port is checked with a
 plain socket first and ``ray.init`` itself runs under a deadline: a bad
-address always fails within ``timeout_s`` with ONE line naming the fix.
+address always fails within ``timeout_s`` with ONE line naming the fix. A
+cluster that does not require token authentication is refused the same way,
+unless ``allow_unauthenticated`` (``--allow-unauthenticated-ray``).
 
 Signals: a local instance's processes (GCS, raylet, agents, and through the
 raylet the workers) start in a session of their own, so a signal to the
@@ -35,6 +38,8 @@ from typing import Optional, Tuple
 
 import ray
 
+from rlplat.distributed import loopback
+from rlplat.distributed import ray_auth
 from rlplat.distributed import reaper as reaper_lib
 from rlplat.utils import tf_setup
 
@@ -48,6 +53,9 @@ _LOOPBACK_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 # timeout would only delay the error, but a head that is still starting
 # deserves a few seconds.
 _REFUSED_GRACE_S = 3.0
+
+# Puts back the auth settings a local instance replaced; set while one runs.
+_restore_auth = None
 
 
 class ClusterConnectionError(ConnectionError):
@@ -77,7 +85,8 @@ class Connection:
 
 def connect(address: Optional[str] = None, num_cpus: Optional[int] = None,
             timeout_s: float = 30.0, *, log_to_driver: bool = False,
-            logging_level: int = logging.ERROR) -> Connection:
+            logging_level: int = logging.ERROR,
+            allow_unauthenticated: bool = False) -> Connection:
     """Starts or joins Ray; returns a ``Connection``.
 
     Args:
@@ -93,16 +102,19 @@ def connect(address: Optional[str] = None, num_cpus: Optional[int] = None,
         default so the live console line stays readable; worker logs are in
         ``<session_dir>/logs``.
       logging_level: level of Ray's own Python loggers in this process.
+      allow_unauthenticated: join a cluster even if it does not require
+        token authentication (otherwise refused).
 
     Raises:
-      ClusterConnectionError: the cluster cannot be reached or refuses us.
+      ClusterConnectionError: the cluster cannot be reached, refuses us, or
+        does not require token authentication.
       ValueError: a malformed address.
     """
     if ray.is_initialized():
         return _current(owned=False)
     if address is None or address == "local":
         return _start_local(num_cpus, log_to_driver, logging_level)
-    return _join(address, timeout_s, log_to_driver, logging_level)
+    return _join(address, timeout_s, log_to_driver, logging_level, allow_unauthenticated)
 
 
 def disconnect(connection: Optional[Connection]) -> None:
@@ -112,10 +124,14 @@ def disconnect(connection: Optional[Connection]) -> None:
     of the session; for a joined cluster it only disconnects the driver, which
     ends the driver's non-detached actors.
     """
+    global _restore_auth  # pylint: disable=global-statement
     if connection is not None and connection.owned and ray.is_initialized():
         ray.shutdown()
         if connection.local:
             _release_reaper()  # sweeps what ray.shutdown left (an agent still reporting)
+            if _restore_auth is not None:
+                _restore_auth()
+                _restore_auth = None
 
 
 def _current(owned: bool, local: Optional[bool] = None) -> Connection:
@@ -134,16 +150,24 @@ def _start_local(num_cpus: Optional[int], log_to_driver: bool, logging_level: in
     num_cpus = tf_setup.available_cpus() if num_cpus is None else int(num_cpus)
     if num_cpus < 1:
         raise ValueError(f"num_cpus must be >= 1 (got {num_cpus})")
+    global _restore_auth  # pylint: disable=global-statement
     session = _own_session()
-    with _loopback_only(), session:
-        ray.init(
-            address="local",  # never RAY_ADDRESS: no address means "start one here"
-            num_cpus=num_cpus,
-            include_dashboard=False,
-            log_to_driver=log_to_driver,
-            logging_level=logging_level,
-            configure_logging=True,
-        )
+    restore = ray_auth.local_instance_token()
+    try:
+        with _loopback_only(), session, loopback.preloaded_children():
+            ray.init(
+                address="local",  # never RAY_ADDRESS: no address means "start one here"
+                num_cpus=num_cpus,
+                include_dashboard=False,
+                log_to_driver=log_to_driver,
+                logging_level=logging_level,
+                configure_logging=True,
+            )
+    except BaseException:
+        if not ray.is_initialized():
+            restore()
+        raise
+    _restore_auth = restore
     _start_reaper(session.spawned)
     return _current(owned=True, local=True)
 
@@ -265,13 +289,17 @@ class keep_signal_handlers:  # pylint: disable=invalid-name
         return False
 
 
-def _join(address: str, timeout_s: float, log_to_driver: bool, logging_level: int) -> Connection:
+def _join(address: str, timeout_s: float, log_to_driver: bool, logging_level: int,
+          allow_unauthenticated: bool) -> Connection:
     shown = address
     if address == "auto":
         address = _resolve_auto()
         shown = f"{address} (--address auto)"
     host, port = parse_address(address)
     _wait_reachable(host, port, timeout_s, shown)
+    # Asked before Ray connects: joining already ships and runs our code there.
+    if not allow_unauthenticated and ray_auth.requires_token(host, port, min(timeout_s, 10.0)) is False:
+        raise ClusterConnectionError(ray_auth.refusal(shown))
 
     # The port answers; now let Ray connect, under the same deadline (a port
     # that is open but is not a Ray GCS would otherwise keep Ray retrying).

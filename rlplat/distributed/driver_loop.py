@@ -129,6 +129,10 @@ class ControlLoop:
             raise RunFailedError(f"learner failed: {errors.one_line(e.__cause__ or e)}; the run cannot "
                                  "continue (fix the cause, then continue with --resume)") from None
         self.learner_steps = int(metrics.get("learner_steps", self.learner_steps))
+        if "replay_inserts_before_first_step" in metrics:  # whether a resumed learner had to refill
+            self.loggers["driver"].write(self.actor_steps, {
+                "event": "learner_first_step", "learner_steps": self.learner_steps,
+                "replay_inserts_before_first_step": int(metrics["replay_inserts_before_first_step"])})
         self.learn_rate.update(self.learner_steps)
         self.last_learner_metrics = metrics
         if self.stopping:
@@ -168,9 +172,14 @@ class ControlLoop:
 
     def _record_checkpoint(self, saved: Dict[str, Any]) -> None:
         self.checkpoint_path = saved.get("path") or self.checkpoint_path
-        counters.save_counters(self.logdir, int(saved["step"]), {
-            "actor_steps": self.actor_steps, "episodes": self.episodes,
-            "actor_restarts": self.restarts, "learner_steps": int(saved["step"])})
+        values = {"actor_steps": self.actor_steps, "episodes": self.episodes,
+                  "actor_restarts": self.restarts, "learner_steps": int(saved["step"])}
+        if "replay_items" in saved:
+            values["replay_items"] = int(saved["replay_items"])
+        if "replay_error" in saved:
+            self.console.message(f"replay checkpoint failed ({saved['replay_error']}); the learner "
+                                 "checkpoint is kept, and a resume uses an older replay checkpoint")
+        counters.save_counters(self.logdir, int(saved["step"]), values)
 
     # ------------------------------------------------------------ periodic work
     def _periodic(self) -> None:

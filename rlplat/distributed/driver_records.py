@@ -34,6 +34,7 @@ def summarize(driver, seconds: float) -> Dict[str, Any]:
         "env_steps_per_second": env_rate, "learner_steps_per_second": learn_rate,
         "samples_per_insert": driver.replay_stats.get("samples_per_insert"),
         "replay_size": driver.replay_stats.get("replay_size"),
+        "replay_restored_items": getattr(driver, "replay_restored_items", None),
         "checkpoint": driver.checkpoint_path, "logdir": driver.logdir, "seconds": seconds,
         "colocate_replay": getattr(driver, "colocate", None),
         "learner_workers": getattr(driver, "learner_workers", None),

@@ -53,7 +53,8 @@ class WorkerStartup:
         self._check_signal()
 
         with cluster.keep_signal_handlers():  # a signal in ray.init still reaches our handler
-            self.connection = cluster.connect(self.address, log_to_driver=self.cfg.log_to_driver)
+            self.connection = cluster.connect(self.address, log_to_driver=self.cfg.log_to_driver,
+                                              allow_unauthenticated=self.cfg.allow_unauthenticated_ray)
         self._install_signal_handlers()
         self._check_signal()
         where = "local Ray" if self.connection.local else "Ray cluster"
@@ -86,13 +87,18 @@ class WorkerStartup:
         self._open_loggers()
         self._write_run_info()
 
+        replay_restore = None
         if not self.colocate:
             self.replay = workers.remote(
                 workers.ReplayServer, num_cpus=self.plan.replay_cpus, max_restarts=0,
                 runtime_env=process.runtime_env("replay"), **placement.ray_options(self.plan, "replay"),
-            ).remote(self.builder, self.spec, self.num_actors, replay_host)
+            ).remote(self.builder, self.spec, self.num_actors, replay_host,
+                     checkpoint_logdir=self.logdir if self.cfg.replay_checkpoint else None,
+                     restore_step=self.restored_step)
             self.replay_address = self._get(self.replay.address.remote(), self.cfg.startup_timeout_s,
                                             "replay server start")
+            replay_restore = self._get(self.replay.restore_info.remote(), self.cfg.call_timeout_s,
+                                       "replay server")
 
         # Named, so workers that Ray may restart find it by name rather than
         # through a handle argument (see RemoteVariableSource).
@@ -109,7 +115,8 @@ class WorkerStartup:
             ).remote(self.builder, self.spec, self.num_replicas, self.replay_address, self.logdir,
                      num_actors=self.num_actors, replay_host=replay_host,
                      resume=self.restored_step is not None, threads=self.plan.learner_threads,
-                     use_gpus=bool(self.plan.learner_gpus))
+                     use_gpus=bool(self.plan.learner_gpus),
+                     replay_checkpoint=self.cfg.replay_checkpoint)
 
         # Actors and evaluator start now, so their imports overlap with the
         # learner's build; each asks the learner for the replay address and
@@ -139,6 +146,33 @@ class WorkerStartup:
                              f"{', '.join(ready['devices'])}; step {self.learner_steps:,}; "
                              f"replay at {self.replay_address}")
         self._report_placement()
+        self._report_replay_restore(replay_restore or ready.get("replay_restore"))
+
+    def _report_replay_restore(self, restore) -> None:
+        """Says what replay started with (``--replay-checkpoint``): console, metrics.jsonl, run_info.
+
+        ``replay_restored_items`` is 0 when nothing was restored: a new run, or
+        a resume with no replay checkpoint (then it says so, in one line).
+        """
+        if restore is None:
+            return
+        items, path = int(restore["replay_restored_items"]), restore["replay_restored_from"]
+        if path is not None:
+            from rlplat.replay import checkpoints  # pylint: disable=g-import-not-at-top
+
+            step = checkpoints.step_of(path)
+            older = "" if step == self.restored_step else f", older than learner step {self.restored_step:,}"
+            self.console.message(f"replay: restored {items:,} items from {path} (step {step:,}{older})")
+        elif self.restored_step is not None:
+            self.console.message(f"replay: no replay checkpoint for learner step {self.restored_step:,} "
+                                 f"in {os.path.join(self.logdir, 'replay_checkpoints')}; starting with an "
+                                 "empty replay (learning resumes once it holds the warm-up again)")
+        record = {"replay_restored_items": items, "replay_restored_from": path,
+                  **{k: int(restore.get(k, 0)) for k in ("replay_restored_inserts",
+                                                          "replay_restored_samples")}}
+        self.replay_restored_items = items
+        self.loggers["driver"].write(self.actor_steps, {"event": "replay_restore", **record})
+        placement.update_run_info(self.logdir, record)
 
     def _spawn_actor(self, index: int, incarnation: int = 0):
         """A new ``ActorWorker`` for actor ``index``; ``incarnation`` > 0 replaces a failed one."""
@@ -198,7 +232,7 @@ class WorkerStartup:
                  build_timeout_s=self.cfg.startup_timeout_s, call_timeout_s=self.cfg.call_timeout_s,
                  train_timeout_s=self.cfg.learner_stall_timeout_s,
                  collective_timeout_s=self.cfg.learner_stall_timeout_s,
-                 name_prefix=self.learner_name)
+                 name_prefix=self.learner_name, replay_checkpoint=self.cfg.replay_checkpoint)
 
     def _learner_group_members(self) -> List[Any]:
         """Handles of the learner group's workers, chief first; [] for one learner worker.

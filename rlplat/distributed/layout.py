@@ -27,7 +27,8 @@ of completed chunks, so the total is >= ``max_actor_steps``.
 Counters (actor steps, episodes, restarts) live in this driver, which sees
 every chunk's result; a Counter actor would add a round trip per chunk and
 one more process to lose. They are saved next to each checkpoint
-(``checkpoints/counters.json``) so ``resume`` continues them.
+(``checkpoints/counters.json``) so ``resume`` continues them; with
+``replay_checkpoint`` replay is saved with each checkpoint too, and restored.
 
 Failures: an actor that dies, raises or stalls is replaced by a new process
 (which pulls the learner's weights before its first step) and the run goes
@@ -111,9 +112,17 @@ class RayLayoutConfig:
       learner_resources: custom resources of the learner (a separate replay
         server is pinned to the learner's node); None: ``{"learner": 1}`` when
         some node offers ``learner``, else none; ``{}``: none.
+      allow_unauthenticated_ray: join a cluster (``address``) even if it does
+        not require Ray token authentication; refused otherwise.
       actor_cpus: CPUs per actor; None: the resource plan's split.
       learner_cpus: CPUs per learner worker (each of the W with
         ``num_learner_workers`` > 1); None: the resource plan's choice.
+      replay_checkpoint: save replay (Reverb's tables: items, and each rate
+        limiter's counts and settings) with every learner checkpoint, into
+        ``<logdir>/replay_checkpoints/ckpt-<step>`` (``replay.checkpoints``), and
+        on resume load the one of the restored step before any actor inserts,
+        so learning goes on without refilling the warm-up. Without it a resumed
+        run starts with an empty replay.
     """
 
     actor_chunk_steps: int = 1000
@@ -140,6 +149,8 @@ class RayLayoutConfig:
     learner_resources: Optional[Mapping[str, float]] = None
     actor_cpus: Optional[float] = None
     learner_cpus: Optional[float] = None
+    allow_unauthenticated_ray: bool = False
+    replay_checkpoint: bool = False
 
     def __post_init__(self):
         self._check_placement()

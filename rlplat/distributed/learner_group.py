@@ -44,8 +44,8 @@ Weights: actors pull through the group (it is the named learner actor); the
 group forwards each pull to the chief, whose weights equal every member's.
 
 Network: each member's TensorFlow gRPC server listens on its port on all
-interfaces (TF has no bind-address option); on a shared network, firewall
-the port range, as for Reverb.
+interfaces (TF has no bind-address option). A local run keeps it on loopback
+(the ``loopback`` shim); on a cluster, firewall the port range, as for Reverb.
 """
 
 from __future__ import annotations
@@ -149,6 +149,8 @@ class LearnerGroup:
       collective_timeout_s: TF's bound on one cross-worker collective.
       name_prefix: Ray actor names of the members are ``<prefix>-<index>``
         (None: unnamed).
+      replay_checkpoint: the chief saves replay with each checkpoint (as
+        ``LearnerWorker``; the separate server restores it itself).
     """
 
     def __init__(self, builder, environment_spec, num_workers: int, replay_address: str, logdir: str,
@@ -157,7 +159,8 @@ class LearnerGroup:
                  member_options: Optional[Sequence[Dict[str, Any]]] = None,
                  max_checkpoints_to_keep: int = 3, build_timeout_s: float = 300.0,
                  call_timeout_s: float = 60.0, train_timeout_s: float = 600.0,
-                 collective_timeout_s: float = 300.0, name_prefix: Optional[str] = None):
+                 collective_timeout_s: float = 300.0, name_prefix: Optional[str] = None,
+                 replay_checkpoint: bool = False):
         if num_workers < 2:
             raise ValueError(f"a LearnerGroup needs num_workers >= 2 (got {num_workers}); "
                              "use one LearnerWorker for a single learner process")
@@ -188,7 +191,8 @@ class LearnerGroup:
             configs = make_tf_configs(addresses)
             kwargs = dict(resume=resume, threads=tuple(threads), use_gpus=use_gpus,
                           max_checkpoints_to_keep=max_checkpoints_to_keep,
-                          collective_timeout_s=collective_timeout_s)
+                          collective_timeout_s=collective_timeout_s,
+                          replay_checkpoint=replay_checkpoint)
             self._ready = self._all(
                 "build", per_member=[(c, builder, environment_spec, 1, replay_address, logdir)
                                      for c in configs],

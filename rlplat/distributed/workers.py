@@ -37,7 +37,15 @@ CHECKPOINT_SUBDIR = counters.CHECKPOINT_SUBDIR
 
 
 def remote(cls, **options):
-    """The Ray actor class of ``cls`` with ``options`` (num_cpus, max_restarts, ...)."""
+    """The Ray actor class of ``cls`` with ``options`` (num_cpus, max_restarts, ...).
+
+    Task events are off unless asked for: every weight pull and chunk is a
+    Ray task, and the GCS keeps an event record of each (up to 100,000 by
+    default), which grew the GCS by about 9 MiB a minute in a D4PG run
+    (``bench/soak.py``). rlplat's own logs and ``rlplat status`` carry what
+    those events would show.
+    """
+    options.setdefault("enable_task_events", False)
     return ray.remote(cls).options(**options)
 
 
@@ -46,19 +54,38 @@ def node_ip() -> str:
     return ray.util.get_node_ip_address()
 
 
-def _start_reverb(builder, environment_spec, num_actors: int):
-    """Starts a Reverb server with the builder's tables; returns (server, port).
+def _start_reverb(builder, environment_spec, num_actors: int,
+                  checkpoint_logdir: Optional[str] = None, restore_step: Optional[int] = None):
+    """Starts a Reverb server with the builder's tables; returns (server, port, restore).
+
+    With ``checkpoint_logdir`` the server can write replay checkpoints there
+    and, given ``restore_step`` (the learner step being resumed), first loads
+    the one of that step (or the newest before it). ``restore`` is None without
+    ``checkpoint_logdir``, else ``{"replay_restored_from": path or None,
+    "replay_restored_items": items loaded}``; it is read before any client can
+    know the address, so no actor has inserted yet. It also holds the
+    restored rate limiters' ``replay_restored_inserts`` and
+    ``replay_restored_samples``, from which the ratio goes on.
 
     Reverb 0.14 has no bind-address option: the server listens on all
     interfaces ([::]:port) even when only local clients use it. On a shared
     network, firewall the port range or run on a private network; Ray's own
     servers, by contrast, are bound to loopback for local runs.
     """
+    from rlplat.replay import checkpoints  # pylint: disable=g-import-not-at-top
     from rlplat.replay import server as replay_server  # pylint: disable=g-import-not-at-top
 
     tables = builder.make_replay_tables(environment_spec, num_actors)
-    server = replay_server.make_server(tables)
-    return server, server.port
+    if checkpoint_logdir is None:
+        server = replay_server.make_server(tables)
+        return server, server.port, None
+    path = checkpoints.find(checkpoint_logdir, restore_step) if restore_step is not None else None
+    server = replay_server.make_server(
+        tables, checkpointer=checkpoints.make_checkpointer(checkpoint_logdir, path))
+    stats = checkpoints.table_stats(f"127.0.0.1:{server.port}")
+    return server, server.port, {"replay_restored_from": path, "replay_restored_items": stats["items"],
+                                 "replay_restored_inserts": stats["inserts"],
+                                 "replay_restored_samples": stats["samples"]}
 
 
 def _make_environment(env_name: str, env_kwargs: Optional[Dict[str, Any]], seed: int):
@@ -81,6 +108,13 @@ def _was_restarted() -> bool:
             return bool(ray.get_runtime_context().was_current_actor_reconstructed)
     except Exception:  # pylint: disable=broad-except  (not inside a Ray actor)
         return False
+
+
+def _trace_count() -> int:
+    """Replicated-step traces in this process so far (rising in a steady run = retracing)."""
+    from rlplat.replication import replicator  # pylint: disable=g-import-not-at-top
+
+    return replicator.trace_count()
 
 
 def _to_python(value: Any) -> Any:
@@ -109,16 +143,26 @@ class ReplayServer:
       num_actors: actors that will insert.
       host: the address clients should use; None means this node's IP
         (127.0.0.1 on a local instance).
+      checkpoint_logdir: the run directory when replay is checkpointed
+        (``--replay-checkpoint``); the learner's chief triggers each save.
+      restore_step: with ``checkpoint_logdir``: the learner step being
+        resumed; its replay checkpoint is loaded before the server starts.
     """
 
-    def __init__(self, builder, environment_spec, num_actors: int, host: Optional[str] = None):
+    def __init__(self, builder, environment_spec, num_actors: int, host: Optional[str] = None,
+                 checkpoint_logdir: Optional[str] = None, restore_step: Optional[int] = None):
         process.setup_worker(1, 1, hide_gpus=True)
-        self._server, port = _start_reverb(builder, environment_spec, num_actors)
+        self._server, port, self._restore = _start_reverb(builder, environment_spec, num_actors,
+                                                          checkpoint_logdir, restore_step)
         self._address = f"{host or node_ip()}:{port}"
 
     def address(self) -> str:
         """``host:port`` for actors and the learner."""
         return self._address
+
+    def restore_info(self) -> Optional[Dict[str, Any]]:
+        """What the server loaded at start (see ``_start_reverb``); None: not checkpointed."""
+        return self._restore
 
     def ping(self) -> bool:
         return True
@@ -168,8 +212,9 @@ class ActorWorker:
         self._seed = seeding.restart_seed(seed, os.getpid()) if self._restarted else int(seed)
         self._environment = _make_environment(env_name, env_kwargs, self._seed)
         spec = specs.make_environment_spec(self._environment)
+        # Prefetch: the actor steps on while the learner serves its next pull.
         self._source = RemoteVariableSource(variable_source, timeout_s=weights_timeout_s,
-                                            first_timeout_s=startup_timeout_s)
+                                            first_timeout_s=startup_timeout_s, prefetch=True)
         if replay_address is None:
             replay_address = self._source.call("replay_address")
         self._adder = builder.make_adder(replay_address, spec)
@@ -244,6 +289,10 @@ class LearnerWorker:
         files although every worker saves.
       collective_timeout_s: with ``tf_config``: a cross-worker collective that
         waits longer than this fails instead of hanging on a dead peer.
+      replay_checkpoint: save replay with every checkpoint (the chief asks the
+        server, co-located or not, for a Reverb checkpoint and files it under
+        the learner step, see ``replay.checkpoints``); a co-located server
+        also restores the one of the step resumed.
 
     Threading: create it as a threaded Ray actor (``max_concurrency`` >= 3).
     ``train`` runs on one Ray thread while ``get_variables*`` (actors' pulls),
@@ -257,7 +306,7 @@ class LearnerWorker:
                  logdir: str, *, num_actors: int = 1, replay_host: Optional[str] = None,
                  resume: bool = False, threads: Tuple[int, int] = (1, 2), use_gpus: bool = False,
                  max_checkpoints_to_keep: int = 3, tf_config: Optional[Dict[str, Any]] = None,
-                 collective_timeout_s: Optional[float] = None):
+                 collective_timeout_s: Optional[float] = None, replay_checkpoint: bool = False):
         if tf_config is not None:
             if replay_address is None:
                 raise ValueError("a learner worker of a multi-worker group cannot host replay; "
@@ -272,14 +321,20 @@ class LearnerWorker:
         from rlplat.utils import checkpointing  # pylint: disable=g-import-not-at-top
 
         self._server = None
+        self._logdir, self._replay_checkpoint = logdir, bool(replay_checkpoint)
+        self._replay_restore: Optional[Dict[str, Any]] = None
         if replay_address is None:
-            self._server, port = _start_reverb(builder, environment_spec, num_actors)
+            restore_step = _latest_step(logdir) if resume else None
+            self._server, port, self._replay_restore = _start_reverb(
+                builder, environment_spec, num_actors, logdir if replay_checkpoint else None,
+                restore_step)
             # The learner samples through 127.0.0.1, which Reverb recognises as
             # its own process (no gRPC); actors get an address they can reach.
             learner_address = f"127.0.0.1:{port}"
             self._replay_address = f"{replay_host or node_ip()}:{port}"
         else:
             learner_address = self._replay_address = replay_address
+        self._learner_address = learner_address
 
         self._replicator = replication.make_replicator(
             num_replicas=None if tf_config is not None else num_replicas,
@@ -299,6 +354,11 @@ class LearnerWorker:
         self._step_lock = threading.Lock()   # a step and a checkpoint never overlap
         self._train_lock = threading.Lock()  # one train() at a time
         self._stop = threading.Event()
+        # Inserts the first step waited for show whether a resumed learner had
+        # to refill replay (see ``train``); counted from here, as a restored
+        # server's insert count starts at the checkpoint's.
+        self._inserts_at_start = self._replay_inserts()
+        self._first_step_inserts: Optional[int] = None
 
     def ready(self) -> Dict[str, Any]:
         """What the driver needs once the learner is up."""
@@ -307,7 +367,17 @@ class LearnerWorker:
                 "devices": self._devices(),
                 "pid": os.getpid(), "node_ip": node_ip(), "replay_colocated": self._server is not None,
                 "is_chief": self._replicator.is_chief, "num_workers": self._replicator.num_workers,
-                "worker_index": int(self._tf_config["task"]["index"]) if self._tf_config else 0}
+                "worker_index": int(self._tf_config["task"]["index"]) if self._tf_config else 0,
+                "replay_restore": self._replay_restore}
+
+    def _replay_inserts(self) -> Optional[int]:
+        """Completed inserts of every table (None if the server did not answer)."""
+        from rlplat.replay import errors as replay_errors  # pylint: disable=g-import-not-at-top
+
+        infos = replay_errors.probe_server(self._learner_address, 10.0)
+        if infos is None:
+            return None
+        return int(sum(i.rate_limiter_info.insert_stats.completed for i in infos.values()))
 
     def _devices(self) -> List[str]:
         try:
@@ -327,21 +397,31 @@ class LearnerWorker:
         learner may take several steps per ``step()`` call, so the count can
         overshoot by less than one call. Returned keys: the learner's metrics
         plus ``learner_steps``, ``steps`` (taken in this call), ``seconds`` and
-        ``steps_per_second``.
+        ``steps_per_second``; the call that takes this worker's first step adds
+        ``replay_inserts_before_first_step`` (inserts since the worker was built:
+        at least the warm-up on an empty replay, about none on a restored one).
         """
         with self._train_lock:
+            first_call = self._first_step_inserts is None
             start_steps = self._learner.num_steps
             start = time.perf_counter()
             metrics: Dict[str, Any] = {}
             while not self._stop.is_set() and self._learner.num_steps - start_steps < num_steps:
                 with self._step_lock:
                     metrics = self._learner.step()
+                first = self._first_step_inserts is None and self._inserts_at_start is not None
+                if first:
+                    now = self._replay_inserts()
+                    self._first_step_inserts = -1 if now is None else now - self._inserts_at_start
             seconds = time.perf_counter() - start
             steps = self._learner.num_steps - start_steps
             out = {k: float(v) for k, v in _to_python(dict(metrics)).items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool)}
             out.update({"learner_steps": self._learner.num_steps, "steps": steps,
-                        "seconds": seconds, "steps_per_second": steps / max(seconds, 1e-9)})
+                        "seconds": seconds, "steps_per_second": steps / max(seconds, 1e-9),
+                        "tf_traces": _trace_count()})
+            if first_call and self._first_step_inserts is not None:
+                out["replay_inserts_before_first_step"] = self._first_step_inserts
             return out
 
     def request_stop(self) -> None:
@@ -360,6 +440,11 @@ class LearnerWorker:
     def save_checkpoint(self, timeout_s: float = 60.0) -> Dict[str, Any]:
         """Saves a checkpoint between two steps; returns ``{"path", "step"}``.
 
+        With ``replay_checkpoint`` the chief also saves replay, still between
+        the same two steps, and adds ``replay_path`` and ``replay_items``, or
+        ``replay_error`` (one line): a failed replay save leaves the learner
+        checkpoint valid, and a resume then falls back to an older replay one.
+
         Raises:
           TimeoutError: a step did not finish within ``timeout_s``.
         """
@@ -368,15 +453,38 @@ class LearnerWorker:
         try:
             step = self._learner.num_steps
             path = self._checkpointer.save(step)
+            out: Dict[str, Any] = {"path": path, "step": step}
+            if self._replay_checkpoint and self._replicator.is_chief:
+                out.update(self._save_replay(step))
         finally:
             self._step_lock.release()
-        return {"path": path, "step": step}
+        return out
+
+    def _save_replay(self, step: int) -> Dict[str, Any]:
+        from rlplat.distributed import errors  # pylint: disable=g-import-not-at-top
+        from rlplat.replay import checkpoints  # pylint: disable=g-import-not-at-top
+
+        try:
+            return checkpoints.save(self._learner_address, self._logdir, step,
+                                    self._checkpointer.kept_steps)
+        except Exception as e:  # pylint: disable=broad-except
+            return {"replay_error": errors.one_line(e)}
 
     def stop_replay(self) -> None:
         """Stops a co-located Reverb server (actors' writers then fail fast)."""
         if self._server is not None:
             self._server.stop()
             self._server = None
+
+
+def _latest_step(logdir: str) -> Optional[int]:
+    """The step of the newest learner checkpoint in ``logdir`` (what a resume restores)."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    from rlplat.utils import checkpointing  # pylint: disable=g-import-not-at-top
+
+    path = tf.train.latest_checkpoint(os.path.join(logdir, CHECKPOINT_SUBDIR))
+    return checkpointing.step_of(path) if path else None
 
 
 # ------------------------------------------------------------------ evaluator

@@ -12,6 +12,10 @@ any run directory is created or touched.
 - ``check_resume``: ``--resume`` continues the same agent, environment and
   network shape as the run's ``config.json`` says (anything else fails late,
   when the checkpoint does not fit, or silently trains another task).
+- ``stored_replay_checkpoint`` / ``check_replay_resume``: a resumed run keeps
+  its ``--replay-checkpoint`` setting, and restoring replay refuses flags that
+  would change the restored tables (Reverb keeps the saved settings, so the
+  new values would be ignored without a word).
 - ``make_logdir`` / ``remove_if_empty``: the command creates the run
   directory once every check passed, and removes it again if the run stops
   before writing anything into it (no empty run directories left behind).
@@ -29,7 +33,8 @@ from rlplat.launch.common import UsageError
 
 CHECKPOINT_SUBDIR = "checkpoints"
 # What a run writes into its directory; any of them means "a run was here".
-RUN_ENTRIES = ("checkpoints", "metrics.jsonl", "tb", "config.json", "run_info.json")
+RUN_ENTRIES = ("checkpoints", "replay_checkpoints", "metrics.jsonl", "tb", "config.json",
+               "run_info.json")
 # Builder class names in run_info.json -> agent (the `rlplat train` sub-command).
 _BUILDERS = {"D4PGBuilder": "d4pg", "IMPALABuilder": "impala"}
 
@@ -224,6 +229,50 @@ def check_resume(logdir: str, agent: str, new_config: Mapping[str, Any], shape_f
             raise UsageError(f"--resume: {logdir} was trained with {flag} {_show(was)}, not "
                              f"{_show(now)}, and its checkpoint fits only that network; pass "
                              f"{_flag_value(flag, was)} to continue it, {fix}")
+
+
+def _read_config(logdir: str) -> Dict[str, Any]:
+    try:
+        with open(os.path.join(logdir, "config.json"), encoding="utf-8") as f:
+            stored = json.load(f)
+        return stored if isinstance(stored, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def stored_replay_checkpoint(logdir: str) -> bool:
+    """Whether the run in ``logdir`` checkpoints replay (its config.json's layout says)."""
+    layout = _read_config(logdir).get("layout")
+    return bool(layout.get("replay_checkpoint")) if isinstance(layout, dict) else False
+
+
+def check_replay_resume(logdir: str, new_config: Mapping[str, Any], replay_fields: Sequence[str]) -> None:
+    """Refuses ``--resume`` with a replay checkpoint and changed table settings (``replay_fields``).
+
+    A restored Reverb table keeps the capacity and rate limiter it was saved
+    with, whatever the builder asks for now.
+
+    Raises:
+      UsageError: one line naming the flag and the values to pass instead.
+    """
+    try:  # (rlplat.replay would import Reverb and TF: look at the names only)
+        saved = any(n.startswith("ckpt-") for n in os.listdir(os.path.join(logdir, "replay_checkpoints")))
+    except OSError:
+        saved = False
+    if not saved:
+        return  # nothing to restore: the new settings apply to the new, empty replay
+    stored = _read_config(logdir)
+    old = stored.get("agent") if isinstance(stored.get("agent"), dict) else stored
+    for name in replay_fields:
+        if name not in old or name not in new_config:
+            continue
+        was, now = _normalise(old[name]), _normalise(new_config[name])
+        if was != now:
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(f"--resume --replay-checkpoint: {logdir}'s replay was saved with {flag} "
+                             f"{_show(was)}, and a restored table keeps its settings; pass "
+                             f"{_flag_value(flag, was)} to continue it, or --no-replay-checkpoint "
+                             f"to start with an empty replay and {flag} {_show(now)}")
 
 
 def _normalise(value: Any) -> Any:

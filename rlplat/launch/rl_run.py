@@ -40,7 +40,11 @@ def add_run_flags(parser: argparse.ArgumentParser, agent: str, default_env: str,
                              "cluster; each samples global-batch-size/W per step and only worker 0 "
                              "keeps checkpoints (default: 1)")
     parser.add_argument("--address", default=None, metavar="auto|HOST:PORT",
-                        help="Ray cluster to join (default: start a local Ray instance)")
+                        help="Ray cluster to join (default: start a local Ray instance); it must "
+                             "require Ray token authentication")
+    parser.add_argument("--allow-unauthenticated-ray", action="store_true",
+                        help="with --address: join a cluster that does not require token "
+                             "authentication (anyone who reaches it can run code on it)")
     parser.add_argument("--max-actor-steps", type=int, default=None, metavar="STEPS",
                         help="stop after this many environment steps over all actors (default: run "
                              "until interrupted)")
@@ -49,6 +53,10 @@ def add_run_flags(parser: argparse.ArgumentParser, agent: str, default_env: str,
     parser.add_argument("--logdir", default=None, metavar="DIR",
                         help=f"run directory (default: runs/{agent}-<timestamp>); required with --resume")
     parser.add_argument("--resume", action="store_true", help="continue the run in --logdir")
+    parser.add_argument("--replay-checkpoint", action=argparse.BooleanOptionalAction, default=None,
+                        help="save replay (Reverb's tables) with every checkpoint, into "
+                             "<logdir>/replay_checkpoints, and restore it on --resume so learning "
+                             "goes on without refilling (default: off; --resume keeps the run's setting)")
     parser.add_argument("--action-repeat", type=int, default=1, metavar="N",
                         help="environment steps per agent action (default: 1)")
     parser.add_argument("--eval-period", type=float, default=30.0, metavar="SECONDS",
@@ -104,22 +112,29 @@ def check_run_args(args: argparse.Namespace, agent: str) -> str:
     if args.address not in (None, "auto") and not _looks_like_host_port(args.address):
         raise common.UsageError(f"--address must be 'auto' or HOST:PORT (got {args.address!r}); "
                                 "e.g. --address 127.0.0.1:6379")
+    if args.allow_unauthenticated_ray and args.address is None:
+        raise common.UsageError("--allow-unauthenticated-ray only applies with --address (a local "
+                                "run always uses token authentication); drop it")
     common.placement_from_args(args)
     logdir = common.check_run_flags(
         argparse.Namespace(num_replicas=args.num_learner_replicas, resume=args.resume,
                            logdir=args.logdir), agent)
     preflight.check_logdir(logdir, args.resume)
+    if args.replay_checkpoint is None:  # a resumed run keeps what config.json recorded
+        args.replay_checkpoint = args.resume and preflight.stored_replay_checkpoint(logdir)
     return logdir
 
 
 def check_config(args: argparse.Namespace, logdir: str, agent: str, config: Any,
-                 shape_fields: Sequence[str]) -> None:
+                 shape_fields: Sequence[str], replay_fields: Sequence[str] = ()) -> None:
     """The agent config against the run flags: the batch split, and ``--resume`` against the run.
 
     Raises:
       common.UsageError: the global batch does not split over the learner
         replicas or workers, or ``--resume`` changes the agent, ``--env`` or
-        a network-shape flag (``shape_fields``) of the run in ``logdir``.
+        a network-shape flag (``shape_fields``) of the run in ``logdir``, or,
+        restoring a replay checkpoint, a flag its tables were built from
+        (``replay_fields``).
     """
     batch = config.global_batch_size
     for flag, count in (("--num-learner-replicas", args.num_learner_replicas),
@@ -130,6 +145,8 @@ def check_config(args: argparse.Namespace, logdir: str, agent: str, config: Any,
                 f"of {count} such as {max(count, batch - batch % count)}")
     if args.resume:
         preflight.check_resume(logdir, agent, config.to_dict(), shape_fields, env=args.env)
+        if args.replay_checkpoint:
+            preflight.check_replay_resume(logdir, config.to_dict(), replay_fields)
 
 
 def check_env(name: str, agent: str, continuous_actions: bool = False) -> None:
@@ -250,6 +267,8 @@ def _run_on_ray(args: argparse.Namespace, logdir: str, make_builder: Callable[[]
                                 checkpoint_every_s=args.checkpoint_period,
                                 target_eval_return=args.target_eval_return,
                                 num_learner_workers=args.num_learner_workers,
+                                allow_unauthenticated_ray=args.allow_unauthenticated_ray,
+                                replay_checkpoint=bool(args.replay_checkpoint),
                                 **common.placement_from_args(args),
                                 **dict(layout_overrides or {}))
         builder = make_builder()

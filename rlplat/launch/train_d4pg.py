@@ -42,6 +42,9 @@ CONFIG_FLAGS = {
 }
 # Config fields that decide the checkpoint's variables: `--resume` may not change them.
 SHAPE_FIELDS = ("policy_layer_sizes", "critic_layer_sizes")
+# Fields the replay table and its rate limiter are built from: a restored
+# replay checkpoint keeps its own, so `--resume --replay-checkpoint` may not change them.
+REPLAY_FIELDS = ("samples_per_insert", "min_replay_size", "max_replay_size", "global_batch_size")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     """Parsed flags -> ``run_on_ray`` -> exit code (0 done, 1 run failed, 2 usage, 130/143 signal)."""
     logdir = rl_run.check_run_args(args, AGENT)
     config = common.config_from_args(D4PGConfig, args, CONFIG_FLAGS)
-    rl_run.check_config(args, logdir, AGENT, config, SHAPE_FIELDS)
+    rl_run.check_config(args, logdir, AGENT, config, SHAPE_FIELDS, REPLAY_FIELDS)
     check_rate_limiter(config, args.num_actors)
     rl_run.check_env(args.env, AGENT, continuous_actions=True)
 

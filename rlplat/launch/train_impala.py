@@ -62,6 +62,11 @@ def make_config(args: argparse.Namespace) -> IMPALAConfig:
     return config
 
 
+# What the replay queue is built from (capacity, and each unroll's shape): a
+# restored replay checkpoint keeps its own, so `--resume --replay-checkpoint` may not change them.
+REPLAY_FIELDS = ("queue_size", "unroll_length")
+
+
 def shape_fields(config: IMPALAConfig) -> tuple:
     """Config fields that decide the checkpoint's variables: `--resume` may not change them."""
     names = ["core", "layer_sizes"] + (["lstm_size"] if config.core == "lstm" else [])
@@ -74,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     """Parsed flags -> ``run_on_ray`` -> exit code (0 done, 1 run failed, 2 usage, 130/143 signal)."""
     logdir = rl_run.check_run_args(args, AGENT)
     config = make_config(args)
-    rl_run.check_config(args, logdir, AGENT, config, shape_fields(config))
+    rl_run.check_config(args, logdir, AGENT, config, shape_fields(config), REPLAY_FIELDS)
     rl_run.check_env(args.env, AGENT)
 
     def make_builder():

@@ -2,7 +2,8 @@
 
 The debugging layout: no Ray, everything in one Python thread, taking turns
 (a chunk of actor steps, then as many learner steps as the replay ratio
-allows).
+allows). It keeps no checkpoints, so it has no ``resume`` and no replay
+checkpoints (``RayLayoutConfig.replay_checkpoint``): a run is one call.
 
 Why the builder's rate limiter is replaced: in one thread a blocked insert can
 never be unblocked (the learner that would sample runs on the same thread),
@@ -13,10 +14,18 @@ counting the server's completed inserts and samples: the learner steps only
 while ``samples < (inserts - min_size + 1) * samples_per_insert``. Over a run
 the measured ratio matches the builder's (it is reported), overshooting by at
 most one learner call.
+
+Network: the embedded Reverb server is bound by ``reverb.Server``, which takes
+only a port, so it listens on every interface. The loopback shim
+(``rlplat.distributed.loopback``) can only cover a process started behind it,
+and this server lives in the caller's own process, so start Python with
+``LD_PRELOAD=<venv>/lib/rlplat/loopback_bind.so RLPLAT_LOOPBACK_ONLY=1`` to keep
+it on loopback; otherwise ``run_local`` logs one warning with the port.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any, Callable, Dict, List, Optional
 
@@ -26,6 +35,7 @@ import reverb
 
 from rlplat import core
 from rlplat import specs as specs_lib
+from rlplat.distributed import loopback  # no Ray: environment and /proc checks only
 from rlplat.environment_loop import EnvironmentLoop
 from rlplat.replay import server as replay_server
 
@@ -94,6 +104,11 @@ def run_local(builder: core.AgentBuilder,
     spec = specs_lib.make_environment_spec(environment)
     tables, ratios = _non_blocking(builder.make_replay_tables(spec, 1))
     server = replay_server.make_server(tables)
+    if not loopback.active_in_this_process():
+        logging.getLogger(__name__).warning(
+            "run_local: the embedded Reverb server listens on all interfaces (port %d); start Python "
+            "with LD_PRELOAD=%s %s=1 to keep it on loopback", server.port,
+            loopback.shim_path() or "<venv>/lib/rlplat/" + loopback.SHIM_NAME, loopback.SWITCH)
     address = f"localhost:{server.port}"
     client = reverb.Client(address)
     adder = None

@@ -35,12 +35,15 @@ class ReplayHandle:
         return cls(address=f"{host}:{server.port}", tables=tables)
 
 
-def make_server(tables: Sequence[reverb.Table], port: Optional[int] = None) -> reverb.Server:
+def make_server(tables: Sequence[reverb.Table], port: Optional[int] = None,
+                checkpointer=None) -> reverb.Server:
     """Starts a Reverb server hosting ``tables`` (listening on all interfaces).
 
     Args:
       tables: Tables to serve.
       port: Port to listen on; None picks a free one.
+      checkpointer: a Reverb checkpointer (``replay.checkpoints.make_checkpointer``);
+        the server loads its checkpoint, if it names one, before it starts.
 
     Returns:
       The running ``reverb.Server``; keep a reference, it stops when collected.
@@ -50,8 +53,10 @@ def make_server(tables: Sequence[reverb.Table], port: Optional[int] = None) -> r
     # port explicit in the error message if binding races with another process.
     port = portpicker.pick_unused_port() if port is None else port
     try:
-        server = reverb.Server(tables=list(tables), port=port)
+        server = reverb.Server(tables=list(tables), port=port, checkpointer=checkpointer)
     except RuntimeError as e:
+        if checkpointer is not None:  # loading the checkpoint is the likelier failure
+            raise RuntimeError(f"could not start replay server from its checkpoint ({e})") from e
         raise RuntimeError(
             f"could not start replay server on port {port} ({e}); "
             f"pass port=None to pick a free one"

@@ -26,7 +26,7 @@ import os
 import re
 import shutil
 import tempfile
-from typing import Optional
+from typing import List, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -83,6 +83,11 @@ class Checkpointer:
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
         return None
+
+    @property
+    def kept_steps(self) -> List[int]:
+        """Steps of the checkpoints kept on disk, oldest first ([] on a non-chief worker)."""
+        return [step_of(path) for path in self._manager.checkpoints] if self._manager else []
 
     @property
     def latest_path(self) -> Optional[str]:

@@ -10,6 +10,7 @@ has acted, so its length follows the machine's speed instead of racing it.
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -291,6 +292,131 @@ def test_a_dead_replay_server_or_learner_ends_the_run_with_one_line(ray_session,
                            logdir=str(tmp_path / "run"), layout=separate_replay)
     text = str(info.value)
     assert text.startswith(message) and "\n" not in text, text
+    assert _wait_for_free_cpus(2.0)
+
+
+def _kill_learner_after_a_trained_checkpoint(logdir, stop, killed):
+    """SIGKILLs the learner once a periodic checkpoint holds trained, target-lagging weights.
+
+    Such a checkpoint's step is > 0 and not a multiple of the target period,
+    so its target networks differ from its online ones (a resume that rebuilt
+    the targets from the online nets would show). ``killed``: (pid, monotonic time).
+    """
+    me = psutil.Process()
+    path = os.path.join(logdir, "checkpoints", counters.COUNTERS_FILE)
+    while not stop.is_set():
+        try:
+            with open(path) as f:
+                newest = max(int(k) for k in json.load(f))
+        except (OSError, ValueError):
+            newest = 0
+        if newest > 0 and newest % SMALL.target_update_period:
+            for proc in me.children(recursive=True):
+                if _cmdline(proc).startswith("ray::LearnerWorker"):
+                    proc.send_signal(signal.SIGKILL)
+                    killed.append((proc.pid, time.monotonic()))
+                    return
+        time.sleep(0.2)
+
+
+def _restored_then_saved(logdir):
+    """A fresh learner process restores ``logdir``'s newest checkpoint and saves it untouched."""
+    from envs import make_environment  # pylint: disable=g-import-not-at-top
+    from rlplat import specs  # pylint: disable=g-import-not-at-top
+    from rlplat.distributed import process, workers  # pylint: disable=g-import-not-at-top
+
+    with make_environment(ENV, seed=0) as environment:
+        spec = specs.make_environment_spec(environment)
+    learner = workers.remote(workers.LearnerWorker, num_cpus=1, max_concurrency=4, max_restarts=0,
+                             runtime_env=process.runtime_env("learner", cpu_only=True, threads=1),
+                             ).remote(BUILDER, spec, 1, None, logdir, resume=True)
+    try:
+        return ray.get(learner.save_checkpoint.remote(), timeout=300)
+    finally:
+        ray.kill(learner, no_restart=True)
+
+
+@pytest.mark.slow
+def test_a_killed_colocated_learner_ends_the_run_within_60s_and_resume_continues_its_state(
+        ray_session, tmp_path):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    from resume_ratio import check_no_catch_up_burst  # pylint: disable=g-import-not-at-top
+    from rlplat import replay_rules  # pylint: disable=g-import-not-at-top
+
+    del ray_session
+    logdir = str(tmp_path / "run")
+    colocated = dataclasses.replace(LAYOUT, colocate_replay=True, checkpoint_every_s=2.0)
+    stop, killed = threading.Event(), []
+    killer = threading.Thread(target=_kill_learner_after_a_trained_checkpoint,
+                              args=(logdir, stop, killed), daemon=True)
+    killer.start()
+    try:
+        with pytest.raises(layout.RunFailedError) as info:
+            layout.run_on_ray(BUILDER, ENV, num_actors=1, max_actor_steps=10_000_000, logdir=logdir,
+                              seed=SEED, console=False, layout=colocated)
+        ended = time.monotonic()
+    finally:
+        stop.set()
+        killer.join(5)
+    assert killed, "the learner was never killed"
+    text = str(info.value)
+    assert text.startswith("learner failed: ") and "\n" not in text, text
+    assert ended - killed[0][1] < 60, f"the run took {ended - killed[0][1]:.0f}s to end after the kill"
+    print(f"learner SIGKILL -> run_on_ray raised: {ended - killed[0][1]:.1f}s")
+
+    # The newest (periodic) checkpoint, restored in a new process and saved
+    # again without a step, is the same checkpoint: optimizer iterations and
+    # slots, target networks, step counter all came back as saved.
+    path = tf.train.latest_checkpoint(os.path.join(logdir, "checkpoints"))
+    step = int(path.rsplit("-", 1)[1])
+    # (The newest entry; an older one if the learner died between saving and answering.)
+    saved_counters = counters.load_counters(logdir, step)
+    assert 0 < saved_counters["learner_steps"] <= step
+    copy = str(tmp_path / "copy")
+    shutil.copytree(logdir, copy)
+    original = tf.train.load_checkpoint(path)
+    again = tf.train.load_checkpoint(_restored_then_saved(copy)["path"])
+    keys = [k for k in original.get_variable_to_shape_map()
+            if not k.startswith(("save_counter", "_CHECKPOINTABLE_OBJECT_GRAPH"))]
+    # Keras 2 optimizers: ``_iterations`` and the slots (Adam's m and v) as ``_variables/<i>``.
+    for name in ("critic_optimizer", "policy_optimizer"):
+        assert original.get_tensor(f"{name}/_iterations/.ATTRIBUTES/VARIABLE_VALUE") > 0
+        assert any(k.startswith(f"{name}/_variables/") for k in keys), keys
+    target = [k for k in keys if k.startswith("target_critic/")]
+    online = [k.replace("target_critic/", "critic/", 1) for k in target]
+    assert target and not all(np.array_equal(original.get_tensor(t), original.get_tensor(o))
+                              for t, o in zip(target, online)), f"ckpt-{step}: target == online"
+    for key in keys:
+        np.testing.assert_array_equal(again.get_tensor(key), original.get_tensor(key), err_msg=key)
+
+    # --resume goes on from that checkpoint, in the same metrics.jsonl.
+    jsonl = os.path.join(logdir, loggers.JSONL_NAME)
+    with open(jsonl) as f:
+        before = f.readline()
+    resumed_at = time.time()
+    summary = layout.run_on_ray(BUILDER, ENV, num_actors=1, seed=SEED, console=False, logdir=logdir,
+                                resume=True, max_actor_steps=saved_counters["actor_steps"] + 1000,
+                                layout=LAYOUT)
+    assert summary["actor_steps"] == saved_counters["actor_steps"] + sum(
+        a["steps"] for a in summary["actors"])
+    assert summary["learner_steps"] > step
+    with open(os.path.join(logdir, "run_info.json")) as f:
+        assert json.load(f)["resumed_from_step"] == step
+    with open(jsonl) as f:
+        assert f.readline() == before  # appended to, not replaced
+    records = loggers.read_jsonl(jsonl)
+    assert any(r["wall_time"] < resumed_at for r in records)
+    # No catch-up burst on the new, empty replay: a fresh warm-up, then the ratio.
+    first_step = [r for r in records if r.get("event") == "learner_first_step"
+                  and r["wall_time"] > resumed_at]
+    assert first_step and first_step[0]["replay_inserts_before_first_step"] >= SMALL.min_replay_size
+    learner = [r for r in records if r.get("role") == "learner" and r["wall_time"] > resumed_at]
+    check_no_catch_up_burst(learner, restored_step=step, spi=SMALL.samples_per_insert,
+                            min_size=SMALL.min_replay_size, batch=SMALL.global_batch_size,
+                            buffer=replay_rules.default_error_buffer(
+                                SMALL.samples_per_insert, SMALL.min_replay_size,
+                                SMALL.global_batch_size, 1))
     assert _wait_for_free_cpus(2.0)
 
 

@@ -27,8 +27,8 @@ TIME_LIMIT_S = 15.0
 ERROR_PREFIX = "rlplat: error: "
 NO_RAY = "stand-in ray: a bad input must be refused before Ray is imported"
 
-# A real D4PG run, as small as a run gets (Ray, 1 actor, a final checkpoint).
-D4PG_RUN = ["train", "d4pg", "--max-actor-steps", "300", "--num-actors", "1",
+# A real D4PG run, as small as a run gets (Ray, 1 actor, a final checkpoint, with replay).
+D4PG_RUN = ["train", "d4pg", "--max-actor-steps", "300", "--num-actors", "1", "--replay-checkpoint",
             "--policy-layer-sizes", "32,32", "--critic-layer-sizes", "32,32",
             "--global-batch-size", "32", "--min-replay-size", "32", "--samples-per-insert", "1",
             "--eval-episodes", "1"]
@@ -69,6 +69,11 @@ CASES = [
     ("resume-supervised-with-d4pg", [*D4PG, "--resume", "--logdir", "{sup}"], ["holds a supervised run"]),
     ("resume-supervised-other-network", [*SUP, "--resume", "--logdir", "{sup}", "--hidden-sizes", "32"],
      ["pass --hidden-sizes 16"]),
+    # the replay checkpoint keeps its tables' settings; the resume inherits --replay-checkpoint
+    ("resume-replay-other-ratio", [*D4PG, "--resume", "--logdir", "{run}", "--policy-layer-sizes", "32,32",
+                                   "--critic-layer-sizes", "32,32", "--samples-per-insert", "2"],
+     ["--resume --replay-checkpoint", "--samples-per-insert 1", "pass --samples-per-insert 1",
+      "--no-replay-checkpoint"]),
     # batch split, replay rate limiter
     ("batch-over-3-replicas", [*D4PG, "--num-learner-replicas", "3"],
      ["--global-batch-size 256", "multiple of 3"]),
@@ -100,6 +105,8 @@ CASES = [
     ("infinite-target-return", [*D4PG, "--target-eval-return", "inf"], ["--target-eval-return"]),
     ("zero-eval-every-steps", [*D4PG, "--eval-every-steps", "0"], ["--eval-every-steps"]),
     ("bad-address", [*D4PG, "--address", "nowhere"], ["--address must be"]),
+    ("unauthenticated-ray-without-address", [*D4PG, "--allow-unauthenticated-ray"],
+     ["--allow-unauthenticated-ray only applies with --address", "drop it"]),
     ("zero-actor-resource", [*D4PG, "--actor-resources", "actor=0"], ["actor must be > 0"]),
     ("zero-learner-cpus", [*D4PG, "--learner-cpus", "0"], ["--learner-cpus must be > 0"]),
     ("zero-batch", [*D4PG, "--global-batch-size", "0"], ["--global-batch-size"]),

@@ -1,0 +1,147 @@
+"""`rlplat train --address` requires a Ray cluster with token authentication.
+
+Two real Ray heads on loopback (`ray start --head --block`, each with its own
+--temp-dir so nothing else finds them): one started with RAY_AUTH_MODE=disabled,
+one with RAY_AUTH_MODE=token and a token of its own.
+
+- The probe (one GCS call without a token) tells them apart.
+- `rlplat train d4pg --address` to the open head: exit 2, ONE line naming the
+  fix, and no run directory left behind.
+- With --allow-unauthenticated-ray the same command connects (its "Ray
+  cluster at" line) and is then stopped with SIGTERM.
+"""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+from cli_testlib import REPO, RLPLAT, assert_usage_error, run_rlplat_as_user
+from rlplat.distributed import ray_auth
+
+pytestmark = pytest.mark.multiprocess
+
+# Not 127.0.0.1: a joining driver swaps that for the machine's network IP.
+HOST = "127.0.0.2"
+RAY = os.path.join(os.path.dirname(sys.executable), "ray")
+_HEAD_START_S = 120
+_CONNECT_BOUND_S = 300
+_RUN = ["train", "d4pg", "--num-actors", "1", "--policy-layer-sizes", "32,32",
+        "--critic-layer-sizes", "32,32", "--global-batch-size", "32", "--min-replay-size", "32",
+        "--samples-per-insert", "1", "--eval-episodes", "1"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+class _Head:
+    """A one-node Ray cluster in a session of its own; ``stop`` ends the whole session."""
+
+    def __init__(self, auth_mode: str):
+        self.root = tempfile.mkdtemp(prefix="rlauth-", dir="/tmp")  # short: Ray's socket paths
+        self.port = _free_port()
+        env = dict(os.environ, RAY_AUTH_MODE=auth_mode)
+        for name in ("RAY_AUTH_TOKEN", "RAY_ADDRESS", "LD_PRELOAD", "RLPLAT_LOOPBACK_ONLY"):
+            env.pop(name, None)
+        if auth_mode == "token":
+            env["RAY_AUTH_TOKEN_PATH"] = os.path.join(self.root, "token")
+            with open(env["RAY_AUTH_TOKEN_PATH"], "w") as f:
+                f.write(os.urandom(32).hex())
+        self.log = open(os.path.join(self.root, "head.log"), "w")
+        self.proc = subprocess.Popen(
+            [RAY, "start", "--head", "--block", "--node-ip-address", HOST, "--port", str(self.port),
+             "--num-cpus", "1", "--include-dashboard", "false", "--disable-usage-stats",
+             "--temp-dir", os.path.join(self.root, "ray")],
+            env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + _HEAD_START_S
+        while True:
+            assert self.proc.poll() is None, open(self.log.name).read()
+            try:
+                socket.create_connection((HOST, self.port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, open(self.log.name).read()
+                time.sleep(0.3)
+
+    @property
+    def address(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    def stop(self) -> None:
+        for signum, wait_s in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(self.proc.pid, signum)
+            except ProcessLookupError:
+                break
+            try:
+                self.proc.wait(timeout=wait_s)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        self.log.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def open_head():
+    head = _Head("disabled")
+    yield head
+    head.stop()
+
+
+@pytest.fixture(scope="module")
+def token_head():
+    head = _Head("token")
+    yield head
+    head.stop()
+
+
+def test_probe_tells_a_token_cluster_from_an_open_one(open_head, token_head):
+    assert ray_auth.requires_token(HOST, open_head.port) is False
+    assert ray_auth.requires_token(HOST, token_head.port) is True
+
+
+def test_address_of_a_cluster_without_token_auth_is_refused(open_head, tmp_path):
+    logdir = tmp_path / "run"
+    result, seconds = run_rlplat_as_user(*_RUN, "--address", open_head.address, "--logdir", str(logdir),
+                                         cwd=str(tmp_path), timeout=120)
+    print(f"refused in {seconds:.1f}s: {result.stderr.strip()}")
+    assert_usage_error(result, f"Ray at {open_head.address} does not require token authentication",
+                       "RAY_AUTH_MODE=token", "--allow-unauthenticated-ray")
+    assert not logdir.exists()  # the empty run directory was removed again
+
+
+def test_opt_out_flag_joins_the_open_cluster(open_head, tmp_path):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env.pop("TF_CONFIG", None)
+    out_path = tmp_path / "cli.out"
+    command = [RLPLAT] if os.path.exists(RLPLAT) else [sys.executable, "-m", "rlplat.launch.cli"]
+    with open(out_path, "w") as out:
+        proc = subprocess.Popen([*command, *_RUN, "--address", open_head.address,
+                                 "--allow-unauthenticated-ray", "--logdir", str(tmp_path / "run")],
+                                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    try:
+        deadline = time.monotonic() + _CONNECT_BOUND_S
+        while f"Ray cluster at {open_head.address}" not in out_path.read_text():
+            assert proc.poll() is None, out_path.read_text()
+            assert time.monotonic() < deadline, out_path.read_text()
+            time.sleep(0.3)
+        assert "does not require token authentication" not in out_path.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)  # past the check: stop the run early
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
