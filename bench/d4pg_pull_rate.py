@@ -1,4 +1,4 @@
-"""D4PG system env steps/s against the actors' weight-pull period, paired in one run.
+"""D4PG system env steps/s against the actors' weight-pull period and mode, paired in one run.
 
 The learning bench records env steps/s per seed, but its seeds run hours apart
 on a machine whose load changes, so its rates cannot be compared across
@@ -9,10 +9,13 @@ alternating the pull periods round by round (ABCABC...), so each period sees
 the same machine. The rate is taken from the driver's actor-step records
 between 25% and 100% of the budget, past start-up and the replay warm-up.
 
-    python bench/d4pg_pull_rate.py [--periods 1000,100,10] [--rounds 2] [--steps 24000]
+    python bench/d4pg_pull_rate.py [--periods 1000-blocking,10-blocking,10] [--rounds 2] [--steps 24000]
 
-Writes d4pg_pull_rate.json and d4pg_pull_rate.png (env steps/s per period,
-each round a dot, with the ratio to the first period in the title).
+A variant is a pull period, with ``-blocking`` for the waiting pull
+(``RayLayoutConfig(prefetch_weights=False)``); without it, the prefetching
+pull (the default). Writes d4pg_pull_rate.json and d4pg_pull_rate.png (env
+steps/s per variant, each round a dot, with the ratio to the first variant
+in the title).
 """
 
 from __future__ import annotations
@@ -52,23 +55,34 @@ def steady_rate(metrics_path: str, total_steps: int, start_fraction: float = 0.2
     return (end[1] - begin[1]) / (end[0] - begin[0])
 
 
-def run_one(env: str, period: int, steps: int, seed: int, num_actors: int) -> dict:
+def parse_variant(text: str):
+    """``"10"`` -> (10, True); ``"10-blocking"`` -> (10, False)."""
+    period, _, mode = text.partition("-")
+    if mode not in ("", "blocking") or not period.isdigit() or int(period) < 1:
+        raise SystemExit(f"bad variant {text!r}: a positive period, optionally with -blocking")
+    return int(period), mode != "blocking"
+
+
+def run_one(env: str, variant: str, steps: int, seed: int, num_actors: int) -> dict:
     """One fixed-budget run; its steady env steps/s and the learner's step count."""
     from agents.d4pg.builder import D4PGBuilder  # pylint: disable=g-import-not-at-top
     from agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top
     from rlplat.distributed.layout import RayLayoutConfig, run_on_ray  # pylint: disable=g-import-not-at-top
 
-    logdir = tempfile.mkdtemp(prefix=f"{BENCH}_{period}_")
-    knobs = RayLayoutConfig(eval_every_actor_steps=0, eval_episodes=1, checkpoint_every_s=3600.0)
+    period, prefetch = parse_variant(variant)
+    logdir = tempfile.mkdtemp(prefix=f"{BENCH}_{variant}_")
+    knobs = RayLayoutConfig(eval_every_actor_steps=0, eval_episodes=1, checkpoint_every_s=3600.0,
+                            prefetch_weights=prefetch)
     start = time.time()
     summary = run_on_ray(D4PGBuilder(config=D4PGConfig(variable_update_period=period)), env,
                          num_actors=num_actors, max_actor_steps=steps, logdir=logdir, seed=seed,
                          console=False, layout=knobs)
     wall_s = time.time() - start
     rate = steady_rate(os.path.join(logdir, "metrics.jsonl"), steps)
-    print(f"[{BENCH}] period {period}: {rate:.1f} env steps/s steady, "
+    print(f"[{BENCH}] {variant}: {rate:.1f} env steps/s steady, "
           f"{summary['actor_steps'] / wall_s:.1f} over {wall_s:.0f} s with start-up", flush=True)
-    return {"period": period, "env_steps_per_s": rate, "wall_seconds": wall_s,
+    return {"variant": variant, "period": period, "prefetch": prefetch, "env_steps_per_s": rate,
+            "wall_seconds": wall_s,
             "actor_steps": summary["actor_steps"], "learner_steps": summary.get("learner_steps"),
             "logdir": logdir}
 
@@ -76,22 +90,25 @@ def run_one(env: str, period: int, steps: int, seed: int, num_actors: int) -> di
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="cartpole:swingup")
-    parser.add_argument("--periods", default="1000,100,10", help="comma-separated pull periods")
+    parser.add_argument("--periods", default="1000-blocking,10-blocking,10",
+                        help="comma-separated variants: a pull period, -blocking for the waiting pull")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=24_000, help="actor steps per run")
     parser.add_argument("--num-actors", type=int, default=2)
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = parser.parse_args(argv)
-    periods = [int(p) for p in args.periods.split(",")]
-    if not periods or min(periods) < 1 or args.rounds < 1 or args.steps < 4000:
-        raise SystemExit("--periods must be positive integers, --rounds >= 1, --steps >= 4000")
+    periods = [p.strip() for p in args.periods.split(",") if p.strip()]
+    for variant in periods:
+        parse_variant(variant)
+    if not periods or args.rounds < 1 or args.steps < 4000:
+        raise SystemExit("--periods needs a variant, --rounds >= 1, --steps >= 4000")
     runs = []
     for round_index in range(args.rounds):
         for period in periods:
             record = run_one(args.env, period, args.steps, seed=round_index, num_actors=args.num_actors)
             record["round"] = round_index
             runs.append(record)
-    medians = {p: statistics.median(r["env_steps_per_s"] for r in runs if r["period"] == p) for p in periods}
+    medians = {p: statistics.median(r["env_steps_per_s"] for r in runs if r["variant"] == p) for p in periods}
     report = {"benchmark": BENCH, "env": args.env, "num_actors": args.num_actors, "steps": args.steps,
               "machine": seeds_lib.machine(), "load_after": os.getloadavg(), "runs": runs,
               "median_env_steps_per_s": {str(p): v for p, v in medians.items()},
@@ -113,11 +130,11 @@ def _plot(report, periods, path):
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
     for i, period in enumerate(periods):
-        rates = [r["env_steps_per_s"] for r in report["runs"] if r["period"] == period]
+        rates = [r["env_steps_per_s"] for r in report["runs"] if r["variant"] == period]
         ax.scatter([i] * len(rates), rates, color="C0")
         ax.hlines(report["median_env_steps_per_s"][str(period)], i - 0.2, i + 0.2, color="C1")
     ax.set_xticks(range(len(periods)), [str(p) for p in periods])
-    ax.set_xlabel("actor steps between weight pulls")
+    ax.set_xlabel("actor steps between weight pulls (-blocking: the actor waits for each)")
     ax.set_ylabel("system env steps/s")
     ratios = ", ".join(f"{p}: {report['ratio_to_first'][str(p)]:.2f}" for p in periods)
     ax.set_title(f"D4PG {report['env']}, {report['num_actors']} actors\nratio to {periods[0]}: {ratios}",

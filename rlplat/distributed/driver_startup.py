@@ -180,7 +180,8 @@ class WorkerStartup:
                                       seeding.actor_seed(self.seed, index), self.learner_name, None,
                                       weights_timeout_s=self.cfg.weights_timeout_s,
                                       startup_timeout_s=self.cfg.startup_timeout_s,
-                                      incarnation=incarnation)
+                                      incarnation=incarnation,
+                                      prefetch_weights=self.cfg.prefetch_weights)
 
     def _report_placement(self) -> None:
         """Prints the node each worker landed on; records it in run_info.json.

@@ -95,6 +95,10 @@ class RayLayoutConfig:
       target_eval_return: stop (like reaching ``max_actor_steps``) as soon as
         an evaluation's mean return reaches this; None never stops on return.
       weights_timeout_s: bound on one weight pull by an actor.
+      prefetch_weights: actors send their next weight pull and act on with
+        the weights they hold until it arrives, instead of waiting for it
+        (``RemoteVariableSource(prefetch=True)``); the weights acted with are
+        then one pull period older. False is the blocking pull, for comparison.
       log_to_driver: forward worker stdout/stderr to the console.
       num_learner_workers: learner PROCESSES (``--num-learner-workers``). 1 is
         one ``LearnerWorker``. W > 1 starts a ``learner_group.LearnerGroup`` of
@@ -143,6 +147,7 @@ class RayLayoutConfig:
     stop_timeout_s: float = 120.0
     target_eval_return: Optional[float] = None
     weights_timeout_s: float = 60.0
+    prefetch_weights: bool = True
     log_to_driver: bool = False
     num_learner_workers: int = 1
     actor_resources: Optional[Mapping[str, float]] = None

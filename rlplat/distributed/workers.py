@@ -190,6 +190,8 @@ class ActorWorker:
       weights_timeout_s: bound on each weight pull.
       startup_timeout_s: bound on the first call to the learner (the address,
         or the first pull), which waits while the learner is being built.
+      prefetch_weights: pull without waiting (``RemoteVariableSource``'s
+        ``prefetch``); the first pull always waits.
       incarnation: 0 for the first actor of this index; the driver passes
         1, 2, ... to the actors that replace a failed one.
 
@@ -200,7 +202,7 @@ class ActorWorker:
     def __init__(self, builder, env_name: str, env_kwargs: Optional[Dict[str, Any]],
                  actor_index: int, seed: int, variable_source, replay_address: Optional[str],
                  weights_timeout_s: float = 60.0, startup_timeout_s: float = 300.0,
-                 incarnation: int = 0):
+                 incarnation: int = 0, prefetch_weights: bool = True):
         started = time.perf_counter()
         process.setup_worker(1, 1, hide_gpus=True)
         from rlplat import specs  # pylint: disable=g-import-not-at-top
@@ -214,7 +216,8 @@ class ActorWorker:
         spec = specs.make_environment_spec(self._environment)
         # Prefetch: the actor steps on while the learner serves its next pull.
         self._source = RemoteVariableSource(variable_source, timeout_s=weights_timeout_s,
-                                            first_timeout_s=startup_timeout_s, prefetch=True)
+                                            first_timeout_s=startup_timeout_s,
+                                            prefetch=prefetch_weights)
         if replay_address is None:
             replay_address = self._source.call("replay_address")
         self._adder = builder.make_adder(replay_address, spec)
