@@ -110,6 +110,16 @@ class AgentBuilder(abc.ABC):
                    actor_index: int, seed: int, evaluation: bool = False) -> Actor:
         """An actor; `evaluation=True` means greedy and no adder."""
 
+    def make_policy_network(self, environment_spec) -> Tuple[Dict[str, Any], list]:
+        """The acting network alone, built, for restoring a checkpoint's policy (``rlplat eval``).
+
+        Returns ``(objects, variables)``: ``objects`` maps the learner's
+        ``checkpointables()`` key(s) to the network(s), so a checkpoint holding
+        ``**objects`` restores exactly them (no critic, no optimizer); and
+        ``variables`` are what the learner serves as ``"policy"``, in its order.
+        """
+        raise NotImplementedError(f"{type(self).__name__} cannot build its policy network alone")
+
 
 
 class PullingActor(Actor):

@@ -152,6 +152,20 @@ class D4PGBuilder(core.AgentBuilder):
                            replay_address=replay_address, replay_table=self.replay_table,
                            rate_limiter_timeout_ms=self.rate_limiter_timeout_ms)
 
+    # ------------------------------------------------------------------ policy
+    def make_policy_network(self, environment_spec):
+        """``{"policy": network}`` and its variables, as ``D4PGLearner`` checkpoints and serves them."""
+        import numpy as np  # pylint: disable=g-import-not-at-top
+        import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+        from agents.d4pg import networks  # pylint: disable=g-import-not-at-top
+
+        cfg = self.config
+        policy = networks.make_policy_network(int(np.prod(environment_spec.actions.shape)),
+                                              cfg.policy_layer_sizes, cfg.torso_init)
+        policy(tf.zeros((1, int(np.prod(environment_spec.observations.shape)))))  # build the variables
+        return {"policy": policy}, list(policy.variables)
+
     # ------------------------------------------------------------------- actor
     def make_actor(self, environment_spec, variable_source: core.VariableSource, adder: Any,
                    actor_index: int, seed: int, evaluation: bool = False) -> core.Actor:

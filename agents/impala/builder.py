@@ -102,6 +102,18 @@ class IMPALABuilder(core.AgentBuilder):
                              replay_table=self.replay_table,
                              rate_limiter_timeout_ms=self.rate_limiter_timeout_ms)
 
+    # ------------------------------------------------------------------ policy
+    def make_policy_network(self, environment_spec):
+        """``{"network": network}`` and ``networks.acting_variables``, as ``IMPALALearner`` has them.
+
+        The value head comes along (it is part of the one checkpointed
+        network) but actors never read it.
+        """
+        from agents.impala import networks  # pylint: disable=g-import-not-at-top
+
+        network = networks.make_network(environment_spec, self.config)
+        return {"network": network}, networks.acting_variables(network)
+
     # ------------------------------------------------------------------- actor
     def make_actor(self, environment_spec, variable_source: core.VariableSource, adder: Any,
                    actor_index: int, seed: int, evaluation: bool = False) -> core.Actor:

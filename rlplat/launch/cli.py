@@ -4,6 +4,7 @@
     rlplat train supervised [--num-replicas N] [--logdir DIR] [--resume] ...
     rlplat status --logdir RUN [--json] [--watch S]
     rlplat plot RUN [RUN...] [--metric eval_return] [--x env_steps] [-o curves.png] [--csv F]
+    rlplat eval --logdir RUN [--checkpoint N] [--episodes 5] [--seed S] [--video out.mp4|out.gif]
 
 Commands come from the ``COMMANDS`` registry (modules of ``rlplat.launch``).
 TensorFlow is not imported until a command runs, after its flags are checked;
@@ -27,6 +28,7 @@ COMMANDS = (
     "rlplat.launch.cluster_command",
     "rlplat.launch.plot_command",
     "rlplat.launch.status_command",
+    "rlplat.launch.eval_command",
 )
 
 

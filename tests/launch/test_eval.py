@@ -1,0 +1,177 @@
+"""``rlplat eval``: a real run's checkpointed policy, restored alone, acting greedily, on video.
+
+The bad-input cases use hand-made run directories (config.json, run_info.json,
+empty ``ckpt-N.index`` files): each must be refused with one line and exit 2
+before TensorFlow is imported (a stand-in ``tensorflow`` that fails on import
+is first on the path). The end-to-end case trains a real, tiny D4PG run.
+"""
+
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from cli_testlib import run_rlplat_as_user
+from rlplat.utils import run_info
+
+NO_TF = "stand-in tensorflow: a bad input must be refused before TensorFlow is imported"
+TINY_D4PG = ["train", "d4pg", "--env", "cartpole:swingup", "--max-actor-steps", "300",
+             "--num-actors", "1", "--policy-layer-sizes", "32,32", "--critic-layer-sizes", "32,32",
+             "--global-batch-size", "32", "--min-replay-size", "32", "--samples-per-insert", "1",
+             "--eval-episodes", "1"]
+RETURN_LINE = re.compile(r"^episode (\d+): return (-?[\d.]+) \((\d+) steps", re.MULTILINE)
+
+
+def _fake_run(logdir, env="cartpole:swingup", steps=(5, 10)):
+    config = {"agent": {"policy_layer_sizes": [32, 32]}, "env": env, "env_kwargs": {}, "seed": 0}
+    run_info.write_run_info(str(logdir), config, extra={"builder": "D4PGBuilder"})
+    os.makedirs(logdir / "checkpoints", exist_ok=True)
+    for step in steps:
+        (logdir / "checkpoints" / f"ckpt-{step}.index").write_bytes(b"")
+    return str(logdir)
+
+
+@pytest.fixture(scope="module")
+def places(tmp_path_factory):
+    base = tmp_path_factory.mktemp("eval-bad")
+    stand_in = tmp_path_factory.mktemp("no-tf")
+    (stand_in / "tensorflow").mkdir()
+    (stand_in / "tensorflow" / "__init__.py").write_text(f"raise ImportError({NO_TF!r})\n")
+    (base / "no-ckpt").mkdir()
+    return {"run": _fake_run(base / "run"), "gym": _fake_run(base / "gym", env="gym:CartPole-v1"),
+            "empty": _fake_run(base / "no-ckpt", steps=()), "base": str(base),
+            "stand_in": str(stand_in)}
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--logdir", "{base}/missing"], ["is not a directory"]),
+    (["--logdir", "{base}"], ["config.json is missing"]),
+    (["--logdir", "{empty}"], ["has no checkpoint"]),
+    (["--logdir", "{run}", "--checkpoint", "7"], ["--checkpoint 7", "it keeps 5, 10"]),
+    (["--logdir", "{run}", "--episodes", "0"], ["--episodes must be >= 1"]),
+    (["--logdir", "{run}", "--seed", "-1"], ["--seed must be >= 0"]),
+    (["--logdir", "{run}", "--video", "{base}/missing/out.gif"], ["--video", "does not exist"]),
+    (["--logdir", "{run}", "--video", "{base}/out.avi"], ["unknown extension", ".gif or .mp4"]),
+    (["--logdir", "{run}", "--video", "{base}/out.gif", "--video-size", "64"], ["WIDTHxHEIGHT"]),
+    (["--logdir", "{run}", "--video", "{base}/out.gif", "--video-fps", "0"], ["--video-fps must be > 0"]),
+    (["--logdir", "{gym}", "--video", "{base}/out.gif"], ["gym:CartPole-v1", "drop --video"]),
+    (["--checkpoint", "3"], ["--logdir"]),
+])
+def test_bad_input_is_one_line_exit_2_before_tensorflow(places, args, fragments):
+    argv = [a.format(**places) for a in args]
+    result, seconds = run_rlplat_as_user("eval", *argv, cwd=places["base"],
+                                         extra_path=places["stand_in"])
+    lines = result.stderr.splitlines()
+    assert NO_TF not in result.stderr, "TensorFlow was imported before the input was refused"
+    assert result.returncode == 2, result.stderr
+    assert len(lines) == 1 and lines[0].startswith("rlplat: error: "), result.stderr
+    assert result.stdout == ""
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    assert seconds < 15, seconds
+    assert not os.path.exists(os.path.join(places["base"], "out.gif"))
+
+
+# ------------------------------------------------------------------ end to end
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A real D4PG run (Ray, 1 actor, 300 env steps) with its final checkpoint."""
+    base = tmp_path_factory.mktemp("eval-run")
+    logdir = base / "run"
+    result, _ = run_rlplat_as_user(*TINY_D4PG, "--logdir", str(logdir), cwd=str(base), timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return str(logdir)
+
+
+def _returns(result):
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [float(r) for _, r, _ in RETURN_LINE.findall(result.stdout)]
+
+
+def _policy_values_in_checkpoint(prefix):
+    """The ``policy/`` weights a D4PG checkpoint holds (not its optimizer slots, not the target)."""
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(prefix)
+    return [reader.get_tensor(name) for name, _ in tf.train.list_variables(prefix)
+            if name.startswith("policy/") and ".OPTIMIZER_SLOT" not in name
+            and name.endswith("/.ATTRIBUTES/VARIABLE_VALUE")]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_eval_restores_the_checkpoints_policy_and_repeats_its_returns(tiny_run, tmp_path):
+    from rlplat import evaluation
+    import envs
+
+    gif = str(tmp_path / "policy.gif")
+    first = run_rlplat_as_user("eval", "--logdir", tiny_run, "--episodes", "2", "--seed", "3",
+                               "--video", gif, "--video-size", "64x48", "--video-fps", "5",
+                               cwd=str(tmp_path), timeout=300)[0]
+    returns = _returns(first)
+    assert len(returns) == 2, first.stdout
+    assert re.search(r"^mean return -?[\d.]+ over 2 episode", first.stdout, re.MULTILINE)
+    # The video: every episode's frames (every 20th control step at 5 fps), at the asked size.
+    frames = int(re.search(r"video: .* \((\d+) frames, 64x48", first.stdout).group(1))
+    with Image.open(gif) as image:
+        assert image.size == (64, 48)
+        assert image.n_frames == frames == 2 * (1 + 1000 // 20)
+
+    # Same checkpoint (named this time) and seed, no video: the same returns.
+    record = evaluation.read_run(tiny_run)
+    step, prefix = record.checkpoint()
+    second = run_rlplat_as_user("eval", "--logdir", tiny_run, "--episodes", "2", "--seed", "3",
+                                "--checkpoint", str(step), cwd=str(tmp_path), timeout=300)[0]
+    np.testing.assert_allclose(_returns(second), returns, rtol=0, atol=1e-6)
+
+    # In this process: the weights served are the checkpoint's policy weights, exactly.
+    builder = evaluation.make_builder(record)
+    environment = envs.make_environment(record.env, seed=3, **record.env_kwargs)
+    try:
+        from rlplat import specs
+
+        spec = specs.make_environment_spec(environment)
+        source = evaluation.restore_policy(builder, spec, prefix, step)
+        stored = _policy_values_in_checkpoint(prefix)
+        assert len(stored) == len(source.arrays) == 8  # 3 dense (w, b) + layer norm (gamma, beta)
+        for array in source.arrays:
+            assert sum(s.shape == array.shape and np.array_equal(s, array) for s in stored) == 1
+        _, fresh = builder.make_policy_network(spec)
+        assert not all(np.array_equal(f.numpy(), a) for f, a in zip(fresh, source.arrays))
+        # And they act as the command said: the same two returns.
+        again = [s["episode_return"] for s in evaluation.run_episodes(builder, environment, source, 2, 3)]
+    finally:
+        environment.close()
+    np.testing.assert_allclose(again, returns, rtol=0, atol=5e-4)  # printed with 3 decimals
+
+
+def test_impala_policy_comes_back_from_a_learner_style_checkpoint(tmp_path):
+    """IMPALA's hook: the ``network`` key, ``acting_variables`` order; optimizer state left on disk."""
+    import tensorflow as tf
+
+    import envs
+    from agents.impala.builder import IMPALABuilder
+    from agents.impala.config import IMPALAConfig
+    from rlplat import evaluation, specs
+
+    builder = IMPALABuilder(config=IMPALAConfig(layer_sizes=(16, 16)))
+    environment = envs.make_environment("gym:CartPole-v1", seed=0)
+    try:
+        spec = specs.make_environment_spec(environment)
+        objects, variables = builder.make_policy_network(spec)
+        for i, v in enumerate(variables):  # values no fresh network has
+            v.assign(tf.fill(v.shape, float(i + 1) / 100.0))
+        extra = tf.Variable(3.0)  # stands for the optimizer and counters the learner saves too
+        tf.train.Checkpoint(**objects, learner_steps=extra).write(str(tmp_path / "ckpt-9"))
+        source = evaluation.restore_policy(builder, spec, str(tmp_path / "ckpt-9"), 9)
+        assert source.get_variables(["policy"])[0] == 9
+        assert len(source.arrays) == len(variables)
+        for i, (array, v) in enumerate(zip(source.arrays, variables)):
+            np.testing.assert_array_equal(array, np.full(v.shape, (i + 1) / 100.0, np.float32))
+        returns = [s["episode_return"] for s in evaluation.run_episodes(builder, environment, source, 2, 0)]
+    finally:
+        environment.close()
+    assert len(returns) == 2 and all(r >= 1 for r in returns)
