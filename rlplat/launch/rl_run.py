@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import signal
 import sys
 import threading
-from typing import Any, Callable, Dict, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from rlplat.launch import common
 from rlplat.launch import preflight
@@ -221,7 +222,25 @@ def run_agent(args: argparse.Namespace, logdir: str, make_builder: Callable[[], 
     print(f"done: {summary['actor_steps']:,} actor steps, {summary['learner_steps']:,} learner steps, "
           f"final eval return {'-' if eval_return is None else f'{eval_return:.1f}'}; logs in {logdir}",
           flush=True)
+    print("\n".join(next_steps(logdir, summary, getattr(args, "env", ""))), flush=True)
     return common.EXIT_OK
+
+
+def next_steps(logdir: str, summary: Dict[str, Any], env: str = "") -> List[str]:
+    """Where a finished run's results are, and the commands that show them.
+
+    Gym tasks are not rendered (``rlplat eval`` refuses ``--video`` there).
+    """
+    reason = summary.get("stop_reason")
+    lines = [f"stopped because: {reason}" if reason else "stopped",
+             f"checkpoint: {summary.get('checkpoint') or '-'}",
+             f"curves:     rlplat plot {logdir} -o {os.path.join(logdir, 'curves.png')}",
+             f"status:     rlplat status --logdir {logdir}",
+             f"watch it:   rlplat eval --logdir {logdir} --episodes 3" + (
+                 "" if str(env).startswith("gym:") else
+                 f" --video {os.path.join(logdir, 'policy.mp4')}"),
+             f"tensorboard --logdir {os.path.join(logdir, 'tb')}"]
+    return lines
 
 
 class Terminated(KeyboardInterrupt):

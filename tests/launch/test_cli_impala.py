@@ -44,6 +44,9 @@ def test_short_run_on_two_learner_replicas_writes_everything_and_resumes(tmp_pat
     result = _rlplat(*common, "--max-actor-steps", "4000")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "done: " in result.stdout and "learner up: 2 replica(s)" in result.stdout
+    # Where the results are and how to see them; a gym task is not rendered.
+    assert f"rlplat plot {logdir}" in result.stdout and f"rlplat status --logdir {logdir}" in result.stdout
+    assert f"rlplat eval --logdir {logdir} --episodes 3\n" in result.stdout
     with open(os.path.join(logdir, "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f]
     learner = [r for r in records if r["role"] == "learner" and "policy_lag_mean" in r]
