@@ -1,7 +1,8 @@
 """The D4PG actor: a NumPy policy plus Gaussian exploration noise.
 
 TensorFlow never runs per step here: at batch 1 a tf.function call costs
-~450 us against ~20-35 us for the same MLP in NumPy (DESIGN.md section 5), so
+~450 us against ~20-35 us for the same MLP in NumPy (measured on the
+project's 2-core CPUs), so
 the actor mirrors the learner's policy weights into NumPy arrays and replays
 the network's ops (the op list comes from ``networks.policy_to_numpy``, so the
 two cannot drift).

@@ -18,7 +18,7 @@ One network, shared torso, two heads::
   recurrent state the actor acted with.
 
 Actors act at batch 1, where a TF call costs ~450 us and NumPy ~10-30 us
-(DESIGN.md section 5): ``NumpyPolicy`` replays the acting path (torso, core,
+(measured on 2-core CPUs): ``NumpyPolicy`` replays the acting path (torso, core,
 policy head; no value head) from ``acting_variables(network)`` in NumPy.
 """
 

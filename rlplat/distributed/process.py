@@ -12,7 +12,7 @@ Two layers, because they act at different times:
    started, so both settings still apply.
 
 Why one thread per actor: an idle BLAS/TF helper thread spins and steals a
-core from an environment (DESIGN.md section 5).
+core from an environment.
 """
 
 from __future__ import annotations

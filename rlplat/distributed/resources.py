@@ -2,7 +2,7 @@
 
 Ray's ``num_cpus`` is a scheduling promise, not a cgroup: it decides how many
 workers fit, while the OS shares the cores. The plan follows where the time
-goes (DESIGN.md section 5):
+goes (``bench/d4pg_throughput.py`` measures each role):
 
 - the learner is the bottleneck at samples_per_insert 32, so it gets whole
   CPUs (1 on a small machine) or GPUs when the cluster has them;

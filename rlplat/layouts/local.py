@@ -7,7 +7,7 @@ checkpoints (``RayLayoutConfig.replay_checkpoint``): a run is one call.
 
 Why the builder's rate limiter is replaced: in one thread a blocked insert can
 never be unblocked (the learner that would sample runs on the same thread),
-so a ``SampleToInsertRatio`` limiter deadlocks (DESIGN.md section 4). Every
+so a ``SampleToInsertRatio`` limiter deadlocks. Every
 table is rebuilt with a ``MinSize`` limiter (same warm-up size; inserts never
 block) and the layout enforces the builder's ``samples_per_insert`` itself by
 counting the server's completed inserts and samples: the learner steps only
