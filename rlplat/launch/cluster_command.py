@@ -4,7 +4,7 @@ Prints ``FILE: ok`` on stdout for each good file and ``FILE: error: <one line>``
 on stderr for each bad one (the first problem, with a count of the others);
 exits 0 when every file is fine, else 2. Runs Ray's own validation
 (``prepare_config`` + ``validate_config``) and rlplat's rules
-(rlplat/cluster_config.py); needs no cloud credentials and never imports
+(rlplat/clusters/); needs no cloud credentials and never imports
 TensorFlow.
 """
 
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:  # never reached: each action sets its
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from rlplat import cluster_config  # pylint: disable=g-import-not-at-top  (lazy: it loads Ray)
+    from rlplat.clusters import check as cluster_config  # pylint: disable=g-import-not-at-top  (lazy: it loads Ray)
 
     failed = 0
     for path in args.files:

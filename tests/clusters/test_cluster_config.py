@@ -7,9 +7,9 @@ import os
 import pytest
 import yaml
 
-from rlplat import cluster_config
-from rlplat import cluster_rules
-from rlplat.cluster_config import ClusterConfigError, check_cluster_config, validate_cluster_config
+from rlplat.clusters import check as cluster_config
+from rlplat.clusters import rules as cluster_rules
+from rlplat.clusters.check import ClusterConfigError, check_cluster_config, validate_cluster_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLUSTER_YAMLS = sorted(glob.glob(os.path.join(REPO, "clusters", "*.yaml")))

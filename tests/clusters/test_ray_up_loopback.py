@@ -27,7 +27,7 @@ import uuid
 import pytest
 import yaml
 
-from rlplat.cluster_config import check_cluster_config
+from rlplat.clusters.check import check_cluster_config
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RAY = os.path.join(REPO, ".venv", "bin", "ray")

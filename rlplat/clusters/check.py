@@ -5,7 +5,7 @@ Two layers, neither of which talks to a cloud or needs credentials:
 1. rlplat's own rules, for what Ray's validator lets through (negative worker
    counts, misspelled ``provider`` keys, missing ``learner``/``actor``
    resources, world-facing firewall rules, token authentication, unpinned
-   installs): ``cluster_rules``.
+   installs): ``rules``.
 2. Ray's own offline validation, exactly as ``ray up`` starts it:
    ``prepare_config`` (fills in the provider's defaults) and then
    ``validate_config`` (Ray's JSON schema and its cross-field checks).
@@ -30,11 +30,11 @@ from typing import Any, Dict, Iterator, List, Mapping
 
 import yaml
 
-from rlplat import cluster_rules
-# Re-exported: public names of this module from before the rules moved to cluster_rules.
-from rlplat.cluster_rules import (  # noqa: F401
+from rlplat.clusters import rules as cluster_rules
+# Re-exported: public names of this module from before the rules moved to clusters/rules.py.
+from rlplat.clusters.rules import (  # noqa: F401
     ACTOR_RESOURCE, KNOWN_PROVIDER_KEYS, LEARNER_RESOURCE, TOKEN_REMOTE_PATH)
-from rlplat.cluster_rules import one_line as _one_line
+from rlplat.clusters.rules import one_line as _one_line
 
 
 class ClusterConfigError(ValueError):

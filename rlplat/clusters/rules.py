@@ -6,7 +6,7 @@ resources the training command places its workers with, firewall rules that
 face the world on ports other than SSH, token authentication turned off or its
 token not shipped, and setup commands that install without the pins in
 ``constraints.txt``. ``rlplat_problems(config)`` lists them, one line each
-naming the fix; ``cluster_config`` runs it before Ray's own validation. Plain
+naming the fix; ``check`` runs it before Ray's own validation. Plain
 Python: neither Ray nor TensorFlow is imported.
 """
 
