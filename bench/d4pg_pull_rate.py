@@ -11,9 +11,9 @@ between 25% and 100% of the budget, past start-up and the replay warm-up.
 
     python bench/d4pg_pull_rate.py [--periods 1000-blocking,10-blocking,10] [--rounds 2] [--steps 24000]
 
-A variant is a pull period, with ``-blocking`` for the waiting pull
-(``RayLayoutConfig(prefetch_weights=False)``); without it, the prefetching
-pull (the default). Writes d4pg_pull_rate.json and d4pg_pull_rate.png (env
+A variant is a pull period, with ``-blocking`` for the waiting pull (the
+default, ``RayLayoutConfig(prefetch_weights=False)``); without it, the
+prefetching pull. Writes d4pg_pull_rate.json and d4pg_pull_rate.png (env
 steps/s per variant, each round a dot, with the ratio to the first variant
 in the title).
 """

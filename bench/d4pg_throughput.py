@@ -56,76 +56,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _REPO)
 
+from bench import cpu_accounting as accounting  # noqa: E402
+
 ACTOR_EFFICIENCY_BAR = 0.4
 ACTOR_EFFICIENCY_AIM = 0.6
 ACME_STYLE_EFFICIENCY = 0.25  # TF policy, one n-step item per step, measured on this box earlier
 LEARNER_FEED_TARGET = 0.9
-
-# Thread names (Linux comm, 15 chars) that belong to Ray's core worker. Other
-# background threads are gRPC's (shared by Reverb's writer stream and Ray) or
-# jemalloc/TF housekeeping.
-_RAY_THREAD_PREFIXES = ("worker.", "client.poll", "server.poll", "timer_manager", "task_event_buf",
-                        "gcs_client", "global.accessor", "ray::", "core_worker", "periodical",
-                        "metrics", "raylet", "event_stats")
-_PARTS = ("env", "policy", "reverb_write", "weight_pull", "loop_other", "ray_dispatch_main",
-          "background_ray", "background_grpc_other")
-_PART_LABELS = {
-    "env": "env step (+reset)",
-    "policy": "policy (NumPy + noise)",
-    "reverb_write": "Reverb write (adder, client side)",
-    "weight_pull": "weight pull (Ray call + load)",
-    "loop_other": "loop bookkeeping",
-    "ray_dispatch_main": "Ray task dispatch (main thread)",
-    "background_ray": "Ray core-worker threads",
-    "background_grpc_other": "Reverb writer/gRPC/other threads",
-}
-
-
-# ----------------------------------------------------------------- helpers
-def _thread_cpu_table():
-    """{tid: [name, cpu seconds]} for this process's threads (from /proc)."""
-    tick = os.sysconf("SC_CLK_TCK")
-    table = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2:].split()
-        table[int(tid)] = [name, (int(fields[11]) + int(fields[12])) / tick]
-    return table
-
-
-def _is_ray_thread(name: str, main_name: str = "") -> bool:
-    """Ray's own threads: named by Ray, or started while the worker was still "ray::IDLE".
-
-    Threads started later (TF pools, Reverb's writer, Python threads) inherit
-    the main thread's name (the actor's process title) and are not Ray's.
-    """
-    return name != main_name and name.startswith(_RAY_THREAD_PREFIXES)
-
-
-def _load():
-    return [round(x, 2) for x in os.getloadavg()]
-
-
-def _median(values):
-    values = [v for v in values if v is not None and math.isfinite(v)]
-    return statistics.median(values) if values else None
-
-
-def _slope(points):
-    """Least-squares slope of y over x for [(x, y)], or None."""
-    if len(points) < 2:
-        return None
-    mx = sum(p[0] for p in points) / len(points)
-    my = sum(p[1] for p in points) / len(points)
-    sxx = sum((p[0] - mx) ** 2 for p in points)
-    if sxx <= 0:
-        return None
-    return sum((p[0] - mx) * (p[1] - my) for p in points) / sxx
 
 
 # ------------------------------------------------------- 1. actor efficiency
@@ -190,7 +126,7 @@ def _actor_classes():
             exec_cpu = (time.clock_gettime(time.pthread_getcpuclockid(ident))
                         if ident is not None else None)
             return {"process_cpu_s": time.process_time(), "exec_thread_cpu_s": exec_cpu,
-                    "threads": _thread_cpu_table(), "pid": os.getpid(), "time": time.perf_counter()}
+                    "threads": accounting.thread_cpu_table(), "pid": os.getpid(), "time": time.perf_counter()}
 
     class RawStepper:
         """Steps the task with precomputed random actions: the per-process limit."""
@@ -209,7 +145,7 @@ def _actor_classes():
             actions = self._rng.uniform(self._low, self._high,
                                         (num_steps,) + self._low.shape).astype(np.float32)
             env, timestep = self._env, self._timestep
-            threads0 = _thread_cpu_table()
+            threads0 = accounting.thread_cpu_table()
             cpu0, wall0 = time.process_time(), time.perf_counter()
             main0 = time.thread_time()
             for i in range(num_steps):
@@ -219,112 +155,11 @@ def _actor_classes():
             main = time.thread_time() - main0
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
             self._timestep = timestep
-            background = _thread_diff(threads0, _thread_cpu_table(), exclude=threading.get_native_id())
+            background = accounting.thread_diff(threads0, accounting.thread_cpu_table(), exclude=threading.get_native_id())
             return {"steps": num_steps, "cpu_s": cpu, "wall_s": wall, "main_thread_cpu_s": main,
                     "background_threads": background}
 
     return StandInLearner, TimedActorWorker, RawStepper
-
-
-def _thread_diff(before, after, exclude=None):
-    """CPU seconds per thread name between two ``_thread_cpu_table`` snapshots."""
-    by_name = {}
-    for tid, (name, cpu) in after.items():
-        if tid == exclude:
-            continue
-        delta = cpu - (before.get(tid, [name, 0.0])[1])
-        if delta > 0:
-            by_name[name] = by_name.get(name, 0.0) + delta
-    return by_name
-
-
-def _actor_window(ray, handles, chunk_steps, chunks):
-    """Runs ``chunks`` run_steps calls on each actor (one in flight each, as the driver does)."""
-    before = ray.get([h.cpu_snapshot.remote() for h in handles])
-    per_actor = [[] for _ in handles]
-    left = [chunks] * len(handles)
-    pending = {}
-    for i, h in enumerate(handles):
-        pending[h.run_steps.remote(chunk_steps)] = i
-        left[i] -= 1
-    while pending:
-        ready, _ = ray.wait(list(pending), num_returns=1)
-        for ref in ready:
-            i = pending.pop(ref)
-            per_actor[i].append(ray.get(ref))
-            if left[i] > 0:
-                pending[handles[i].run_steps.remote(chunk_steps)] = i
-                left[i] -= 1
-    after = ray.get([h.cpu_snapshot.remote() for h in handles])
-    out = []
-    for b, a, stats in zip(before, after, per_actor):
-        exec_tid = a["pid"]  # Ray runs a sync actor's tasks on the main thread (tid == pid) ...
-        exec_cpu = None
-        if b["exec_thread_cpu_s"] is not None and a["exec_thread_cpu_s"] is not None:
-            exec_cpu = a["exec_thread_cpu_s"] - b["exec_thread_cpu_s"]
-        threads_b = {int(k): v for k, v in b["threads"].items()}
-        threads_a = {int(k): v for k, v in a["threads"].items()}
-        if exec_cpu is None:  # ... fall back to /proc for the main thread (10 ms ticks).
-            exec_cpu = threads_a.get(exec_tid, ["", 0.0])[1] - threads_b.get(exec_tid, ["", 0.0])[1]
-        # Background = every thread but the one running the tasks; find it as the busiest.
-        diffs = {tid: cpu - threads_b.get(tid, [name, 0.0])[1] for tid, (name, cpu) in threads_a.items()}
-        busiest = max(diffs, key=diffs.get)
-        background = _thread_diff(threads_b, threads_a, exclude=busiest)
-        main_name = threads_a[busiest][0]
-        out.append({
-            "steps": sum(s["env_steps"] for s in stats),
-            "process_cpu_s": a["process_cpu_s"] - b["process_cpu_s"],
-            "exec_thread_cpu_s": exec_cpu,
-            "window_wall_s": a["time"] - b["time"],
-            "loop": {k: sum(s[k] for s in stats)
-                     for k in ("env_s", "policy_s", "observe_s", "update_s", "wall_s", "thread_cpu_s")},
-            "background_threads": background,
-            "main_thread_name": main_name,
-        })
-    return out
-
-
-def _breakdown_us(windows):
-    """Per-step CPU (us) by part, summed over actor windows."""
-    steps = sum(w["steps"] for w in windows)
-    loop = {k: sum(w["loop"][k] for w in windows) for k in windows[0]["loop"]}
-    # The loop times its parts with a wall clock; scale them by the loop thread's
-    # CPU/wall so they add up to CPU (they differ only when the OS preempts us).
-    scale = loop["thread_cpu_s"] / loop["wall_s"] if loop["wall_s"] > 0 else 1.0
-    parts = {"env": loop["env_s"] * scale, "policy": loop["policy_s"] * scale,
-             "reverb_write": loop["observe_s"] * scale, "weight_pull": loop["update_s"] * scale}
-    parts["loop_other"] = max(0.0, loop["thread_cpu_s"] - sum(parts.values()))
-    exec_cpu = sum(w["exec_thread_cpu_s"] for w in windows)
-    parts["ray_dispatch_main"] = max(0.0, exec_cpu - loop["thread_cpu_s"])
-    names = {}
-    main_name = windows[0]["main_thread_name"]
-    for w in windows:
-        for name, cpu in w["background_threads"].items():
-            name = "(main's name: TF/Reverb/Python)" if name == w["main_thread_name"] else name
-            names[name] = names.get(name, 0.0) + cpu
-    process_cpu = sum(w["process_cpu_s"] for w in windows)
-    background = max(0.0, process_cpu - exec_cpu)
-    ray_named = sum(c for n, c in names.items() if _is_ray_thread(n, main_name))
-    named = sum(names.values())
-    # /proc ticks and the precise clocks differ slightly; split the precise total by the named shares.
-    ray_share = ray_named / named if named > 0 else 0.0
-    parts["background_ray"] = background * ray_share
-    parts["background_grpc_other"] = background * (1.0 - ray_share)
-    us = {k: 1e6 * v / steps for k, v in parts.items()}
-    grouped = {"env": us["env"], "policy_numpy_and_noise": us["policy"],
-               "reverb_write": us["reverb_write"] + us["background_grpc_other"],
-               "ray_and_weight_pull": us["weight_pull"] + us["ray_dispatch_main"] + us["background_ray"],
-               "loop_other": us["loop_other"]}
-    return {
-        "per_step_us": {k: round(us[k], 2) for k in _PARTS},
-        "per_step_us_grouped": {k: round(v, 2) for k, v in grouped.items()},
-        "total_cpu_us_per_step": round(1e6 * process_cpu / steps, 2),
-        "loop_wall_us_per_step": round(1e6 * loop["wall_s"] / steps, 2),
-        "loop_cpu_over_wall": round(scale, 3),
-        "background_threads_cpu_us_per_step_by_name": {
-            n: round(1e6 * c / steps, 2) for n, c in sorted(names.items(), key=lambda x: -x[1]) if c > 0},
-        "steps": steps,
-    }
 
 
 def measure_actors(args, builder, spec, log):
@@ -333,6 +168,9 @@ def measure_actors(args, builder, spec, log):
     from rlplat.distributed import cluster, process, seeding, workers
     from rlplat.distributed.layout import RayLayoutConfig
 
+    # The Ray-side classes call the CPU-accounting helpers; ship them by value
+    # (workers need not find bench/ on their path).
+    ray.cloudpickle.register_pickle_by_value(accounting)
     chunk_steps = RayLayoutConfig().actor_chunk_steps
     conn = cluster.connect(None)
     StandInLearner, TimedActorWorker, RawStepper = _actor_classes()
@@ -356,7 +194,7 @@ def measure_actors(args, builder, spec, log):
     for r in range(args.actor_rounds):
         for k in (1, 2):
             raw = ray.get([raws[i].run.remote(args.raw_steps) for i in range(k)])
-            windows = _actor_window(ray, actors[:k], chunk_steps, args.actor_chunks)
+            windows = accounting.actor_window(ray, actors[:k], chunk_steps, args.actor_chunks)
             raw_rate = statistics.mean(x["steps"] / x["cpu_s"] for x in raw)
             rates = [w["steps"] / w["process_cpu_s"] for w in windows]
             rounds[k].append({
@@ -377,22 +215,22 @@ def measure_actors(args, builder, spec, log):
     results = {}
     for k, rs in rounds.items():
         windows = [w for x in rs for w in x["windows"]]
-        raw_rate = _median([x["raw_steps_per_cpu_s"] for x in rs])
-        bd = _breakdown_us(windows)
+        raw_rate = accounting.median([x["raw_steps_per_cpu_s"] for x in rs])
+        bd = accounting.breakdown_us(windows)
         raw_items = [item for x in rs for item in x["raw"]]
         raw_steps = sum(item["steps"] for item in raw_items)
         raw_bg_cpu = sum(max(0.0, item["cpu_s"] - item["main_thread_cpu_s"]) for item in raw_items)
         results[str(k)] = {
             "num_actors": k,
-            "efficiency": _median([x["efficiency"] for x in rs]),
+            "efficiency": accounting.median([x["efficiency"] for x in rs]),
             "efficiency_per_round": [round(x["efficiency"], 4) for x in rs],
-            "actor_steps_per_cpu_s": _median([statistics.mean(x["actor_steps_per_cpu_s"]) for x in rs]),
+            "actor_steps_per_cpu_s": accounting.median([statistics.mean(x["actor_steps_per_cpu_s"]) for x in rs]),
             "raw_steps_per_cpu_s": raw_rate,
             "raw_env_cpu_us_per_step": 1e6 / raw_rate,
             # Background threads of a Ray process that steps the env but has no Reverb writer:
             # what Ray's own threads cost while the main thread is busy.
             "raw_background_threads_cpu_us_per_step": round(1e6 * raw_bg_cpu / raw_steps, 2),
-            "env_steps_per_wall_s_all_actors": _median([x["env_steps_per_wall_s"] for x in rs]),
+            "env_steps_per_wall_s_all_actors": accounting.median([x["env_steps_per_wall_s"] for x in rs]),
             **bd,
         }
     cluster.disconnect(conn)  # part 3's run_on_ray starts its own Ray, as `rlplat train` does
@@ -523,17 +361,17 @@ def learner_child(args):
         "rounds": args.learner_rounds,
         "replay_items": written,
         "fill_seconds": round(fill_s, 2),
-        "reverb_steps_per_s": _median([rate(x) for x in samples["reverb"]]),
-        "memory_steps_per_s": _median([rate(x) for x in samples["memory"]]),
-        "ratio": _median(ratios),
+        "reverb_steps_per_s": accounting.median([rate(x) for x in samples["reverb"]]),
+        "memory_steps_per_s": accounting.median([rate(x) for x in samples["memory"]]),
+        "ratio": accounting.median(ratios),
         "ratio_per_round": [round(x, 4) for x in ratios],
-        "reverb_cpu_ms_per_step": _median([1e3 * x["cpu_s"] / x["steps"] for x in samples["reverb"]]),
-        "memory_cpu_ms_per_step": _median([1e3 * x["cpu_s"] / x["steps"] for x in samples["memory"]]),
-        "reverb_wall_ms_per_step": _median([1e3 * x["wall_s"] / x["steps"] for x in samples["reverb"]]),
-        "memory_wall_ms_per_step": _median([1e3 * x["wall_s"] / x["steps"] for x in samples["memory"]]),
+        "reverb_cpu_ms_per_step": accounting.median([1e3 * x["cpu_s"] / x["steps"] for x in samples["reverb"]]),
+        "memory_cpu_ms_per_step": accounting.median([1e3 * x["cpu_s"] / x["steps"] for x in samples["memory"]]),
+        "reverb_wall_ms_per_step": accounting.median([1e3 * x["wall_s"] / x["steps"] for x in samples["reverb"]]),
+        "memory_wall_ms_per_step": accounting.median([1e3 * x["wall_s"] / x["steps"] for x in samples["memory"]]),
         # Cores the learner process keeps busy (process CPU / wall) in each mode.
-        "reverb_cores_used": _median([x["cpu_s"] / x["wall_s"] for x in samples["reverb"]]),
-        "memory_cores_used": _median([x["cpu_s"] / x["wall_s"] for x in samples["memory"]]),
+        "reverb_cores_used": accounting.median([x["cpu_s"] / x["wall_s"] for x in samples["reverb"]]),
+        "memory_cores_used": accounting.median([x["cpu_s"] / x["wall_s"] for x in samples["memory"]]),
         "sampling_only_cpu_ms_per_batch": round(sample_cpu_ms, 3),
         "sampling_only_wall_ms_per_batch": round(sample_wall_ms, 3),
         "samples": samples,
@@ -572,93 +410,6 @@ def measure_learner(args, plan, log):
     return out
 
 
-# ---------------------------------------------------------------- 3. system
-class _CpuSampler:
-    """Samples CPU seconds per process role from /proc, once a second, in a thread."""
-
-    def __init__(self, period_s=1.0):
-        self._period = period_s
-        self._stop = threading.Event()
-        self.samples = []  # (time.time(), {pid: (role, cpu_s)}, (busy_s, total_s))
-        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
-
-    def start(self):
-        self._thread.start()
-        return self
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self):
-        while not self._stop.is_set():
-            self.samples.append((time.time(), _processes_cpu(), _system_cpu()))
-            self._stop.wait(self._period)
-
-    def between(self, t0, t1):
-        """CPU cores used per role from the first sample at or after t0 to the last at or before t1.
-
-        Inside the window, so every worker that produced its records is still alive in both.
-        """
-        inside = [s for s in self.samples if t0 <= s[0] <= t1]
-        if len(inside) < 2:
-            return None
-        a, b = inside[0], inside[-1]
-        dt = b[0] - a[0]
-        if dt <= 0:
-            return None
-        roles = {}
-        for pid, (role, cpu) in b[1].items():
-            before = a[1].get(pid)  # same pid, same process (a role can change: IDLE -> actor)
-            if before and role == "other":  # an exiting process has an empty cmdline
-                role = before[0]
-            delta = cpu - (before[1] if before else 0.0)
-            roles[role] = roles.get(role, 0.0) + max(0.0, delta)
-        busy = (b[2][0] - a[2][0]) / (b[2][1] - a[2][1]) * (os.cpu_count() or 1)
-        return {"seconds": round(dt, 1),
-                "cores_by_role": {k: round(v / dt, 3) for k, v in sorted(roles.items(), key=lambda x: -x[1])},
-                "cores_busy_total": round(busy, 3)}
-
-
-def _role(pid, cmdline):
-    if pid == os.getpid():
-        return "driver"
-    head = cmdline.split("\0")[0] if cmdline else ""
-    for prefix, role in (("ray::LearnerWorker", "learner"), ("ray::ActorWorker", "actors"),
-                         ("ray::Evaluator", "evaluator"), ("ray::", "ray_other_workers")):
-        if head.startswith(prefix):
-            return role
-    if "ray" in cmdline or "raylet" in cmdline or "gcs_server" in cmdline:
-        return "ray_system"
-    return "other"
-
-
-def _processes_cpu():
-    tick = os.sysconf("SC_CLK_TCK")
-    out = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-            with open(f"/proc/{entry}/cmdline") as f:
-                cmdline = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        pid = int(entry)
-        out[pid] = (_role(pid, cmdline), (int(fields[11]) + int(fields[12])) / tick)
-    return out
-
-
-def _system_cpu():
-    with open("/proc/stat") as f:
-        values = [int(x) for x in f.readline().split()[1:]]
-    idle = values[3] + values[4]
-    return (sum(values) - idle), sum(values)
-
-
 def measure_system(args, builder, learner_memory_steps_per_s, learner_reverb_steps_per_s, log):
     from rlplat.distributed.layout import RayLayoutConfig, run_on_ray
 
@@ -667,7 +418,7 @@ def measure_system(args, builder, learner_memory_steps_per_s, learner_reverb_ste
     layout = RayLayoutConfig(eval_every_actor_steps=0, eval_every_s=None, checkpoint_every_s=3600.0)
     log(f"run_on_ray: 2 actors, {args.max_actor_steps:,} actor steps, no evaluations until the "
         f"final one, logdir {logdir}")
-    sampler = _CpuSampler().start()
+    sampler = accounting.CpuSampler().start()
     started = time.time()
     try:
         summary = run_on_ray(builder, args.env, num_actors=2, max_actor_steps=args.max_actor_steps,
@@ -687,9 +438,9 @@ def measure_system(args, builder, learner_memory_steps_per_s, learner_reverb_ste
     first_step = args.steady_from * args.max_actor_steps
     window = [r for r in actor if first_step <= r["step"] <= args.max_actor_steps]
     t0, t1 = window[0]["wall_time"], window[-1]["wall_time"]
-    env_rate = _slope([(r["wall_time"], r["step"]) for r in window])
+    env_rate = accounting.slope([(r["wall_time"], r["step"]) for r in window])
     lwin = [r for r in learner if t0 <= r["wall_time"] <= t1]
-    learn_rate = _slope([(r["wall_time"], r["step"]) for r in lwin])
+    learn_rate = accounting.slope([(r["wall_time"], r["step"]) for r in lwin])
     spi_recent = [r["samples_per_insert_recent"] for r in lwin
                   if isinstance(r.get("samples_per_insert_recent"), (int, float))]
     limit = learner_memory_steps_per_s * cfg.global_batch_size / cfg.samples_per_insert
@@ -730,7 +481,7 @@ def measure_system(args, builder, learner_memory_steps_per_s, learner_reverb_ste
         "env_steps_per_s_limit": limit,
         "ratio": env_rate / limit if env_rate and limit else None,
         "learner_ratio_vs_memory_fed": learn_rate / learner_memory_steps_per_s if learn_rate else None,
-        "samples_per_insert_measured_recent": _median(spi_recent),
+        "samples_per_insert_measured_recent": accounting.median(spi_recent),
         "cpu_in_window": cpu,
         "summary": {k: v for k, v in summary.items() if isinstance(v, (int, float, str, type(None)))},
         "total_wall_seconds": round(wall, 1),
@@ -745,7 +496,7 @@ def _where_actor(res):
     total = res["total_cpu_us_per_step"]
     raw = res["raw_env_cpu_us_per_step"]
     parts = sorted(bd.items(), key=lambda x: -x[1])
-    text = ", ".join(f"{_PART_LABELS[k]} {v:.0f} us ({100 * v / total:.0f}%)" for k, v in parts if v > 0.5)
+    text = ", ".join(f"{accounting.PART_LABELS[k]} {v:.0f} us ({100 * v / total:.0f}%)" for k, v in parts if v > 0.5)
     return (f"{res['num_actors']} actor(s): {total:.0f} CPU-us per step against {raw:.0f} us for a raw "
             f"random-action step; {text}. Everything but the env step is overhead: "
             f"{total - bd['env']:.0f} us/step; and the env step itself costs {bd['env'] - raw:+.0f} us more "
@@ -801,19 +552,19 @@ def main(argv=None):
         "config": builder.config.to_dict(),
         "builder": {"steps_per_call": builder.steps_per_call, "variable_update_period": builder.config.variable_update_period,
                     "jit_compile": builder.jit_compile, "sigma_schedule": builder.sigma_schedule},
-        "load_average": {"start": _load()},
+        "load_average": {"start": accounting.load_average()},
         "seconds": {},
     }
     if "actor" in parts:
         mark = time.time()
         report["actor"] = measure_actors(args, builder, spec, log)
         report["seconds"]["actor"] = round(time.time() - mark, 1)
-        report["load_average"]["after_actor"] = _load()
+        report["load_average"]["after_actor"] = accounting.load_average()
     if "learner" in parts:
         mark = time.time()
         report["learner"] = measure_learner(args, plan, log)
         report["seconds"]["learner"] = round(time.time() - mark, 1)
-        report["load_average"]["after_learner"] = _load()
+        report["load_average"]["after_learner"] = accounting.load_average()
     if "system" in parts:
         mem = report.get("learner", {}).get("memory_steps_per_s") or args.memory_steps_per_s
         if mem is None:
@@ -822,7 +573,7 @@ def main(argv=None):
         report["system"] = measure_system(args, builder, mem, report.get("learner", {}).get("reverb_steps_per_s"),
                                           log)
         report["seconds"]["system"] = round(time.time() - mark, 1)
-        report["load_average"]["after_system"] = _load()
+        report["load_average"]["after_system"] = accounting.load_average()
     report["seconds"]["total"] = round(time.time() - started, 1)
 
     _targets(report)
@@ -905,7 +656,7 @@ def _print_summary(report):
             print(f"actor efficiency, {k} actor(s): {res['efficiency']:.3f} (bar {ACTOR_EFFICIENCY_BAR}, aim "
                   f"{ACTOR_EFFICIENCY_AIM}); {res['actor_steps_per_cpu_s']:.0f} steps/CPU-s vs raw "
                   f"{res['raw_steps_per_cpu_s']:.0f}")
-            print("   per step (CPU us): " + ", ".join(f"{p} {bd[p]:.1f}" for p in _PARTS)
+            print("   per step (CPU us): " + ", ".join(f"{p} {bd[p]:.1f}" for p in accounting.PARTS)
                   + f"; total {res['total_cpu_us_per_step']:.1f}")
     if "learner" in report:
         ln = report["learner"]
@@ -948,11 +699,11 @@ def _plot(report, path):
         labels = [f"{k} actor{'s' if k != '1' else ''}" for k in keys] + ["raw env"]
         bottom = [0.0] * len(labels)
         colors = plt.get_cmap("tab10").colors
-        for i, part in enumerate(_PARTS):
+        for i, part in enumerate(accounting.PARTS):
             values = [res[k]["per_step_us"][part] for k in keys] + [0.0]
             if part == "env":
                 values[-1] = res[keys[0]]["raw_env_cpu_us_per_step"]
-            ax_bd.bar(labels, values, bottom=bottom, label=_PART_LABELS[part], color=colors[i % 10])
+            ax_bd.bar(labels, values, bottom=bottom, label=accounting.PART_LABELS[part], color=colors[i % 10])
             bottom = [b + v for b, v in zip(bottom, values)]
         for x, total in enumerate(bottom):
             ax_bd.text(x, total, f"{total:.0f}", ha="center", va="bottom", fontsize=8)

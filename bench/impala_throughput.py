@@ -15,8 +15,8 @@ default ``IMPALABuilder``, gym:CartPole-v1):
    every weight pull with a newer version (all pulls move the weights).
    Blocks alternate raw, actors, round by round; medians of rounds are kept.
    The per-frame CPU breakdown (env, policy, Reverb write, Ray) comes from
-   the loop's own timers and per-thread CPU from /proc (helpers shared with
-   bench/d4pg_throughput.py).
+   the loop's own timers and per-thread CPU from /proc (helpers in
+   bench/cpu_accounting.py, shared with bench/d4pg_throughput.py).
 2. Learner: frames/s (unrolls x T per second) of ``builder.make_learner``
    fed from a Reverb queue (the real input_fn path, server in the same
    process and sampled through 127.0.0.1 as ``LearnerWorker`` does; the
@@ -51,11 +51,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _REPO)
 
-from bench import d4pg_throughput as shared  # noqa: E402  (CPU accounting helpers)
+from bench import cpu_accounting as accounting  # noqa: E402
 
 SYSTEM_TARGET_FRAMES_PER_S = 5000.0
 REFERENCE_RAY_IMPALA_FRAMES_PER_S = 500.0  # the well-known Ray-based IMPALA, measured here earlier
-_median, _slope, _load = shared._median, shared._slope, shared._load  # pylint: disable=protected-access
+_median, _slope, _load = accounting.median, accounting.slope, accounting.load_average
 
 
 # ------------------------------------------------------------------ 1. actors
@@ -128,7 +128,7 @@ def _actor_classes():
             exec_cpu = (time.clock_gettime(time.pthread_getcpuclockid(ident))
                         if ident is not None else None)
             return {"process_cpu_s": time.process_time(), "exec_thread_cpu_s": exec_cpu,
-                    "threads": shared._thread_cpu_table(), "pid": os.getpid(),  # pylint: disable=protected-access
+                    "threads": accounting.thread_cpu_table(), "pid": os.getpid(),
                     "time": time.perf_counter()}
 
     class RawStepper:
@@ -155,7 +155,7 @@ def _actor_classes():
         def run(self, num_steps):
             actions = self._actions(num_steps)
             env, timestep = self._env, self._timestep
-            threads0 = shared._thread_cpu_table()  # pylint: disable=protected-access
+            threads0 = accounting.thread_cpu_table()
             cpu0, wall0, main0 = time.process_time(), time.perf_counter(), time.thread_time()
             for i in range(num_steps):
                 if timestep is None or timestep.last():
@@ -164,7 +164,7 @@ def _actor_classes():
             main = time.thread_time() - main0
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
             self._timestep = timestep
-            background = shared._thread_diff(threads0, shared._thread_cpu_table(),  # pylint: disable=protected-access
+            background = accounting.thread_diff(threads0, accounting.thread_cpu_table(),
                                              exclude=threading.get_native_id())
             return {"steps": num_steps, "cpu_s": cpu, "wall_s": wall, "main_thread_cpu_s": main,
                     "background_threads": background}
@@ -179,9 +179,9 @@ def measure_actors(args, builder, spec, log):
     from rlplat.distributed import cluster, process, seeding, workers
     from rlplat.distributed.layout import RayLayoutConfig
 
-    # The Ray-side classes call helpers of the D4PG bench; ship them by value
+    # The Ray-side classes call the CPU-accounting helpers; ship them by value
     # (workers need not find bench/ on their path).
-    cloudpickle.register_pickle_by_value(shared)
+    cloudpickle.register_pickle_by_value(accounting)
     chunk_steps = RayLayoutConfig().actor_chunk_steps
     conn = cluster.connect(None)
     StandInLearner, TimedActorWorker, RawStepper = _actor_classes()
@@ -206,7 +206,7 @@ def measure_actors(args, builder, spec, log):
     for r in range(args.actor_rounds):
         for k in (1, 2):
             raw = ray.get([raws[i].run.remote(args.raw_steps) for i in range(k)], timeout=300)
-            windows = shared._actor_window(ray, actors[:k], chunk_steps, args.actor_chunks)  # pylint: disable=protected-access
+            windows = accounting.actor_window(ray, actors[:k], chunk_steps, args.actor_chunks)
             raw_rate = statistics.mean(x["steps"] / x["cpu_s"] for x in raw)
             rates = [w["steps"] / w["process_cpu_s"] for w in windows]
             rounds[k].append({
@@ -230,7 +230,7 @@ def measure_actors(args, builder, spec, log):
     results = {}
     for k, rs in rounds.items():
         windows = [w for x in rs for w in x["windows"]]
-        bd = shared._breakdown_us(windows)  # pylint: disable=protected-access
+        bd = accounting.breakdown_us(windows)
         raw_items = [item for x in rs for item in x["raw"]]
         raw_steps = sum(item["steps"] for item in raw_items)
         raw_bg = sum(max(0.0, item["cpu_s"] - item["main_thread_cpu_s"]) for item in raw_items)
@@ -413,14 +413,14 @@ def measure_learner(args, log):
 
 
 # ------------------------------------------------------------------ 3. system
-class _LearnerThreadSampler(shared._CpuSampler):  # pylint: disable=protected-access
+class _LearnerThreadSampler(accounting.CpuSampler):
     """Also samples the learner process's CPU per thread name (which threads eat its core)."""
 
     def _run(self):
         self.threads = []  # (time.time(), {(pid, tid): (name, cpu_s)})
         while not self._stop.is_set():
             now = time.time()
-            self.samples.append((now, shared._processes_cpu(), shared._system_cpu()))  # pylint: disable=protected-access
+            self.samples.append((now, accounting.processes_cpu(), accounting.system_cpu()))
             pids = [pid for pid, (role, _) in self.samples[-1][1].items() if role == "learner"]
             self.threads.append((now, _threads_of(pids)))
             self._stop.wait(self._period)
@@ -532,7 +532,7 @@ def _where_time_goes(report):
     for k, res in ac.items():
         bd = res["per_step_us"]
         total = res["total_cpu_us_per_step"]
-        parts = ", ".join(f"{shared._PART_LABELS[p]} {v:.1f} us"  # pylint: disable=protected-access
+        parts = ", ".join(f"{accounting.PART_LABELS[p]} {v:.1f} us"
                           for p, v in sorted(bd.items(), key=lambda x: -x[1]) if v > 0.5)
         where[f"actor_{k}"] = (f"{total:.1f} CPU-us per frame vs {res['raw_env_cpu_us_per_frame']:.1f} for a raw "
                                f"random-action frame: {parts}")
@@ -598,11 +598,11 @@ def _plot(report, path):
         labels = [f"{k} actor{'s' if k != '1' else ''}" for k in keys] + ["raw env"]
         bottom = [0.0] * len(labels)
         colors = plt.get_cmap("tab10").colors
-        for i, part in enumerate(shared._PARTS):  # pylint: disable=protected-access
+        for i, part in enumerate(accounting.PARTS):
             values = [res[k]["per_step_us"][part] for k in keys] + [0.0]
             if part == "env":
                 values[-1] = res[keys[0]]["raw_env_cpu_us_per_frame"]
-            ax_bd.bar(labels, values, bottom=bottom, label=shared._PART_LABELS[part],  # pylint: disable=protected-access
+            ax_bd.bar(labels, values, bottom=bottom, label=accounting.PART_LABELS[part],
                       color=colors[i % 10])
             bottom = [b + v for b, v in zip(bottom, values)]
         for xi, total in enumerate(bottom):

@@ -98,7 +98,10 @@ class RayLayoutConfig:
       prefetch_weights: actors send their next weight pull and act on with
         the weights they hold until it arrives, instead of waiting for it
         (``RemoteVariableSource(prefetch=True)``); the weights acted with are
-        then one pull period older. False is the blocking pull, for comparison.
+        then one pull period older. Off by default: on 2 cores, where the
+        learner sets the pace, it did not change env steps/s
+        (``bench/d4pg_pull_rate.py``), and the learning results were
+        measured with the waiting pull.
       log_to_driver: forward worker stdout/stderr to the console.
       num_learner_workers: learner PROCESSES (``--num-learner-workers``). 1 is
         one ``LearnerWorker``. W > 1 starts a ``learner_group.LearnerGroup`` of
@@ -147,7 +150,7 @@ class RayLayoutConfig:
     stop_timeout_s: float = 120.0
     target_eval_return: Optional[float] = None
     weights_timeout_s: float = 60.0
-    prefetch_weights: bool = True
+    prefetch_weights: bool = False
     log_to_driver: bool = False
     num_learner_workers: int = 1
     actor_resources: Optional[Mapping[str, float]] = None

@@ -202,7 +202,7 @@ class ActorWorker:
     def __init__(self, builder, env_name: str, env_kwargs: Optional[Dict[str, Any]],
                  actor_index: int, seed: int, variable_source, replay_address: Optional[str],
                  weights_timeout_s: float = 60.0, startup_timeout_s: float = 300.0,
-                 incarnation: int = 0, prefetch_weights: bool = True):
+                 incarnation: int = 0, prefetch_weights: bool = False):
         started = time.perf_counter()
         process.setup_worker(1, 1, hide_gpus=True)
         from rlplat import specs  # pylint: disable=g-import-not-at-top
@@ -214,7 +214,6 @@ class ActorWorker:
         self._seed = seeding.restart_seed(seed, os.getpid()) if self._restarted else int(seed)
         self._environment = _make_environment(env_name, env_kwargs, self._seed)
         spec = specs.make_environment_spec(self._environment)
-        # Prefetch: the actor steps on while the learner serves its next pull.
         self._source = RemoteVariableSource(variable_source, timeout_s=weights_timeout_s,
                                             first_timeout_s=startup_timeout_s,
                                             prefetch=prefetch_weights)
