@@ -185,6 +185,12 @@ def _stop_once_the_killed_actor_acted(jsonl: str, stop: threading.Event, outcome
         time.sleep(0.5)
 
 
+def _actor_events(logdir):
+    """The driver's actor events (failed, back); it also logs others (learner_first_step, ...)."""
+    return [r for r in loggers.read_jsonl(os.path.join(logdir, loggers.JSONL_NAME), "driver")
+            if r.get("event") in ("actor_failed", "actor_back")]
+
+
 def test_resume_continues_and_a_killed_actor_is_restarted(first_run):
     logdir, first = first_run
     # No step budget to race against the restart: the run goes on until the
@@ -215,7 +221,7 @@ def test_resume_continues_and_a_killed_actor_is_restarted(first_run):
     # ...with a fresh seed, so it does not replay its first life's episodes.
     assert victim["seed"] != seeding.actor_seed(SEED, victim["index"])
     # The restart is logged: the failure, then the replacement's first chunk.
-    events = loggers.read_jsonl(os.path.join(logdir, loggers.JSONL_NAME), "driver")
+    events = _actor_events(logdir)
     assert [(r["event"], r["actor_index"], r["actor_restarts"]) for r in events] == [
         ("actor_failed", victim["index"], 1), ("actor_back", victim["index"], 1)], events
     assert events[1]["init_s"] > 0 and events[1]["back_after_s"] >= events[1]["init_s"]
@@ -273,7 +279,7 @@ def test_a_crash_looping_actor_is_restarted_then_given_up_with_one_line(ray_sess
     assert "\n" not in text and text.startswith(
         "every actor was given up after more than 1 restarts within 600s; last error (actor 0): "
         "its process died"), text
-    events = loggers.read_jsonl(os.path.join(logdir, loggers.JSONL_NAME), "driver")
+    events = _actor_events(logdir)
     assert [(r["event"], r["actor_index"], r["actor_restarts"], r["given_up"]) for r in events] == [
         ("actor_failed", 0, 1, False), ("actor_failed", 0, 2, True)], events
     assert _wait_for_free_cpus(2.0)
