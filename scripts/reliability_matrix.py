@@ -42,6 +42,10 @@ FAULTS = {
         ("SIGTERM during start-up", "exit 143, no process left"),
     ("tests/distributed/test_distributed_signals.py", "test_sigkill_of_the_driver"):
         ("SIGKILL of the rlplat driver", "no Ray or Reverb process of the run after 30 s"),
+    ("tests/distributed/test_loopback.py", "test_"):
+        ("a network scan of a local run (its listening sockets)", "every listener on loopback"),
+    ("tests/launch/test_ray_auth.py", "test_"):
+        ("--address to a Ray cluster without token auth", "refused, exit 2, one line (unless opted out)"),
     ("tests/agents/d4pg/test_d4pg_nan_guard.py", "test_"):
         ("NaN injected into the D4PG loss", "stopped before applying; no non-finite checkpoint"),
     ("tests/agents/impala/test_impala_nan_guard.py", "test_"):
