@@ -216,8 +216,13 @@ def test_a_dead_worker_fails_the_group_at_once_with_one_line(trained_group):
     # Worker 0 (aborted by the test above) may report first; either way one line naming it.
     assert "\n" not in message and re.search(r"worker [01] of 2 failed", message), message
     for member in group.members:  # the group killed the survivor too
+        # ray.kill is asynchronous: a call sent right after it may still be
+        # served, so the member must be gone within a bound, not at once.
+        deadline = time.monotonic() + 30
         with pytest.raises(ray.exceptions.RayActorError):
-            ray.get(member.address.remote(), timeout=30)
+            while time.monotonic() < deadline:
+                ray.get(member.address.remote(), timeout=30)
+                time.sleep(0.2)
     with pytest.raises(learner_group.LearnerGroupError):  # the group stays failed
         group.get_variables_if_newer(["policy"], -1)
 
