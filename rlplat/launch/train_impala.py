@@ -62,9 +62,13 @@ def make_config(args: argparse.Namespace) -> IMPALAConfig:
     return config
 
 
-# What the replay queue is built from (capacity, and each unroll's shape): a
-# restored replay checkpoint keeps its own, so `--resume --replay-checkpoint` may not change them.
-REPLAY_FIELDS = ("queue_size", "unroll_length")
+# IMPALA keeps no replay worth saving: its learner's input pipeline pulls
+# unrolls out of the queue as soon as they are written (a final checkpoint of a
+# 1-actor CartPole run found the queue empty), and a resumed run refills the
+# queue with fresh on-policy unrolls within its first actor chunk.
+REPLAY_CHECKPOINT_REFUSAL = (
+    "--replay-checkpoint is for replay-based agents such as d4pg: IMPALA's queue is drained into "
+    "the learner as it fills, so there is nothing to restore; drop the flag")
 
 
 def shape_fields(config: IMPALAConfig) -> tuple:
@@ -77,9 +81,12 @@ def shape_fields(config: IMPALAConfig) -> tuple:
 
 def run(args: argparse.Namespace) -> int:
     """Parsed flags -> ``run_on_ray`` -> exit code (0 done, 1 run failed, 2 usage, 130/143 signal)."""
+    if args.replay_checkpoint:
+        raise common.UsageError(REPLAY_CHECKPOINT_REFUSAL)
+    args.replay_checkpoint = False  # a resume of an older run that recorded it does not restore it
     logdir = rl_run.check_run_args(args, AGENT)
     config = make_config(args)
-    rl_run.check_config(args, logdir, AGENT, config, shape_fields(config), REPLAY_FIELDS)
+    rl_run.check_config(args, logdir, AGENT, config, shape_fields(config))
     rl_run.check_env(args.env, AGENT)
 
     def make_builder():

@@ -74,6 +74,8 @@ CASES = [
                                    "--critic-layer-sizes", "32,32", "--samples-per-insert", "2"],
      ["--resume --replay-checkpoint", "--samples-per-insert 1", "pass --samples-per-insert 1",
       "--no-replay-checkpoint"]),
+    ("impala-replay-checkpoint", [*IMPALA, "--replay-checkpoint"],
+     ["--replay-checkpoint is for replay-based agents", "drop the flag"]),
     # batch split, replay rate limiter
     ("batch-over-3-replicas", [*D4PG, "--num-learner-replicas", "3"],
      ["--global-batch-size 256", "multiple of 3"]),
