@@ -88,6 +88,8 @@ def train(config: SupervisedConfig, num_replicas: Optional[int], logdir: str,
                                    tensorboard=repl.is_chief, jsonl=repl.is_chief)
 
     learner_log, eval_log = make_logger("learner"), make_logger("evaluator")
+    learner_log.write_text("config", loggers.config_markdown(
+        {**config.to_dict(), "num_replicas": repl.num_replicas}), step=start_step)
     bar = tqdm.tqdm(total=config.num_steps, initial=start_step, unit="step", dynamic_ncols=True,
                     disable=None if progress is None else not progress, desc="supervised")
     saved_step = start_step if resume else None

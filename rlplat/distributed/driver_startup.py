@@ -266,6 +266,7 @@ class WorkerStartup:
                 tensorboard=role != "driver")
 
     def _write_run_info(self) -> None:
+        from rlplat.utils import loggers  # pylint: disable=g-import-not-at-top
         from rlplat.utils import run_info  # pylint: disable=g-import-not-at-top
 
         agent_config = getattr(self.builder, "config", None)
@@ -281,3 +282,5 @@ class WorkerStartup:
             "placement": dataclasses.asdict(self.plan), "colocate_replay": self.colocate,
             "actor_seeds": [seeding.actor_seed(self.seed, i) for i in range(self.num_actors)],
             "resumed_from_step": self.restored_step})
+        self.loggers["learner"].write_text("config", loggers.config_markdown(config),
+                                           step=self.restored_step or 0)

@@ -72,6 +72,13 @@ class MetricsLogger:
             shown = " ".join(f"{k}={_format(v)}" for k, v in values.items())
             self._print(f"[{self.role}] step={step} {shown}")
 
+    def write_text(self, name: str, markdown: str, step: int = 0) -> None:
+        """A TensorBoard text summary (rendered as Markdown in its Text tab); no JSONL line."""
+        if self._writer is not None:
+            with self._writer.as_default():
+                tf.summary.text(name, markdown, step=int(step))
+            self._writer.flush()
+
     def flush(self) -> None:
         if self._writer is not None:
             self._writer.flush()
@@ -98,6 +105,27 @@ def make_logger(logdir: str, role: str, *, console: bool = False,
                 purge_after_step: Optional[int] = None, **kwargs) -> MetricsLogger:
     """The standard logger for ``role``: TensorBoard + ``metrics.jsonl`` (+ console)."""
     return MetricsLogger(logdir, role, console=console, purge_after_step=purge_after_step, **kwargs)
+
+
+def config_markdown(config: Mapping[str, Any], prefix: str = "") -> str:
+    """A run's config as a two-column Markdown table, nested keys joined by dots.
+
+    What TensorBoard's Text tab shows next to the curves, so a plot and the
+    settings that made it are read in one place.
+    """
+    rows = []
+
+    def walk(mapping: Mapping[str, Any], path: str) -> None:
+        for key in sorted(mapping):
+            value, name = mapping[key], f"{path}{key}"
+            if isinstance(value, Mapping) and value:
+                walk(value, name + ".")
+            else:
+                shown = json.dumps(value) if not isinstance(value, str) else value
+                rows.append(f"| `{name}` | {shown.replace('|', '&#124;')} |")
+
+    walk(config, prefix)
+    return "\n".join(["| setting | value |", "|---|---|", *rows])
 
 
 def read_jsonl(path: str, role: Optional[str] = None) -> "list[Dict[str, Any]]":

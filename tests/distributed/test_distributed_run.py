@@ -8,6 +8,7 @@ has acted, so its length follows the machine's speed instead of racing it.
 """
 
 import dataclasses
+import glob
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ import numpy as np
 import psutil
 import pytest
 import ray
+import tensorflow as tf
 
 from agents.d4pg.builder import D4PGBuilder
 from agents.d4pg.config import D4PGConfig
@@ -95,6 +97,12 @@ def test_run_writes_logs_checkpoint_and_run_info(first_run):
         assert any(name.startswith("events.out.tfevents")
                    for name in os.listdir(os.path.join(logdir, "tb", role))), role
         assert loggers.read_jsonl(os.path.join(logdir, loggers.JSONL_NAME), role), role
+    texts = [tf.make_ndarray(v.tensor).item().decode()
+             for path in glob.glob(os.path.join(logdir, "tb", "learner", "events.*"))
+             for event in tf.compat.v1.train.summary_iterator(path)
+             for v in event.summary.value if v.tag == "config"]
+    assert len(texts) == 1 and "| `env` | cartpole:swingup |" in texts[0], texts
+    assert f"| `agent.samples_per_insert` | {SMALL.samples_per_insert} |" in texts[0], texts
     actor_records = loggers.read_jsonl(os.path.join(logdir, loggers.JSONL_NAME), "actor")
     assert {r["actor_index"] for r in actor_records} == {0, 1}
     assert any("episode_return" in r for r in actor_records)

@@ -107,3 +107,18 @@ def test_readme_python_snippets_run(tmp_path):
         result = subprocess.run([sys.executable, str(path)], cwd=str(tmp_path), env=env,
                                 capture_output=True, text=True, timeout=300, check=False)
         assert result.returncode == 0, f"README python block {i} failed:\n{body}\n{result.stderr[-3000:]}"
+
+
+def test_bench_index_is_generated_from_the_current_results_and_lists_every_bench():
+    bench = os.path.join(REPO, "bench")
+    sys.path.insert(0, bench)
+    try:
+        import bench_index  # pylint: disable=g-import-not-at-top
+    finally:
+        sys.path.remove(bench)
+    with open(bench_index.INDEX, encoding="utf-8") as f:
+        assert f.read() == bench_index.render(), "bench/README.md is stale: run python bench/bench_index.py"
+    # A bench is a module that writes a result: every one is indexed (helpers are not benches).
+    helpers = {"bench_index", "learning_table", "seeds", "cpu_accounting"}
+    modules = {os.path.splitext(os.path.basename(p))[0] for p in glob.glob(os.path.join(bench, "*.py"))}
+    assert modules - helpers == set(bench_index.BENCHES)

@@ -72,3 +72,26 @@ def test_console_output_and_disabled_sinks(tmp_path):
         log.write(7, {"episode_return": 12.5})
     assert printed == ["[actor_0] step=7 episode_return=12.5"]
     assert os.listdir(tmp_path) == []
+
+
+def test_config_markdown_flattens_nested_settings_into_one_row_each():
+    text = loggers.config_markdown({"env": "cartpole:swingup", "agent": {"sigma": 0.3, "sizes": [256, 256]},
+                                    "layout": {"note": "a|b"}, "empty": {}})
+    assert text.splitlines() == [
+        "| setting | value |", "|---|---|",
+        "| `agent.sigma` | 0.3 |", "| `agent.sizes` | [256, 256] |", "| `empty` | {} |",
+        "| `env` | cartpole:swingup |", "| `layout.note` | a&#124;b |"]
+
+
+def test_write_text_puts_the_markdown_in_the_roles_tensorboard_events(tmp_path):
+    logger = loggers.MetricsLogger(str(tmp_path), "learner")
+    logger.write_text("config", "| a | b |", step=7)
+    logger.close()
+    texts = []
+    for path in glob.glob(str(tmp_path / "tb" / "learner" / "events.*")):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            for value in event.summary.value:
+                texts.append((event.step, value.tag, tf.make_ndarray(value.tensor).item().decode()))
+    assert texts == [(7, "config", "| a | b |")]
+    # Text is for TensorBoard only: the metrics file stays one record per scalar write.
+    assert loggers.read_jsonl(str(tmp_path / loggers.JSONL_NAME)) == []
