@@ -72,6 +72,7 @@ class Driver(WorkerStartup, ControlLoop, ActorCare):
         self.env_errors = 0      # other exceptions from an environment (episode ended, counted)
         self.learner_steps = restored_step or 0
         self.eval: Dict[str, Any] = {}
+        self.evals_started = 0  # every video_every_evals-th one is recorded on video
         self.replay_stats: Dict[str, Any] = {}
         self.checkpoint_path: Optional[str] = None
         self.stop_event = stop_event
@@ -218,7 +219,8 @@ class Driver(WorkerStartup, ControlLoop, ActorCare):
                           save_timeout_s, "final checkpoint")
         self._record_checkpoint(saved)
         if final_eval:
-            result = self._get(self.evaluator.evaluate.remote(self.cfg.eval_episodes),
+            result = self._get(self.evaluator.evaluate.remote(self.cfg.eval_episodes,
+                                                              self.cfg.video_every_evals > 0),
                                self.cfg.call_timeout_s * 5, "final evaluation")
             self._log_eval(result, self.actor_steps)
 

@@ -10,6 +10,7 @@ stalls and a dead replay server.
 from __future__ import annotations
 
 import math
+import os
 import time
 from typing import Any, Dict, Optional
 
@@ -75,7 +76,9 @@ class ControlLoop:
                     self.next_eval = (self.actor_steps // every + 1) * every
                 if cfg.eval_every_s:
                     next_eval_time = now + cfg.eval_every_s
-                self.eval_ref = self.evaluator.evaluate.remote(cfg.eval_episodes)
+                video = cfg.video_every_evals > 0 and self.evals_started % cfg.video_every_evals == 0
+                self.evals_started += 1
+                self.eval_ref = self.evaluator.evaluate.remote(cfg.eval_episodes, video)
                 # The evaluator pulls its weights as it starts, so the result
                 # belongs to the step counts of now, not of when it returns.
                 self.pending[self.eval_ref] = ("eval", self.actor_steps)
@@ -155,11 +158,25 @@ class ControlLoop:
         ``learner_steps`` is the version of the weights it ran (the learner's
         step count when the evaluator pulled them), not the count when it ended.
         """
+        video = result.pop("video", None)
         self.eval = result
         version = result.get("policy_version")
         learner_steps = int(version) if version is not None and version >= 0 else self.learner_steps
         self.loggers["evaluator"].write(actor_steps, driver_records.finite({
             **result, "learner_steps": learner_steps}))
+        if video:
+            self._save_eval_video(video, actor_steps)
+
+    def _save_eval_video(self, video: Dict[str, Any], actor_steps: int) -> None:
+        """``<logdir>/videos/eval-<actor steps>.mp4``, the GIF in TensorBoard, a driver event."""
+        folder = os.path.join(self.logdir, "videos")
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"eval-{actor_steps}.mp4")
+        with open(path, "wb") as f:
+            f.write(video["mp4"])
+        self.loggers["evaluator"].write_gif("eval_video", video["gif"], actor_steps)
+        self.loggers["driver"].write(actor_steps, {"event": "eval_video", "path": path,
+                                                   "frames": int(video["frames"])})
 
     def _on_checkpoint(self, ref) -> None:
         self.ckpt_ref = None

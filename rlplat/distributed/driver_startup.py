@@ -135,7 +135,7 @@ class WorkerStartup:
             runtime_env=process.runtime_env("evaluator"),
         ).remote(self.builder, self.env, self.env_kwargs, seeding.role_seed(self.seed, "evaluator"),
                  self.learner_name, weights_timeout_s=self.cfg.weights_timeout_s,
-                 startup_timeout_s=self.cfg.startup_timeout_s)
+                 startup_timeout_s=self.cfg.startup_timeout_s, video=self.cfg.video_every_evals > 0)
 
         ready = self._get(self.learner.ready.remote(), self.cfg.startup_timeout_s, "learner start")
         self.replay_address = ready["replay_address"]

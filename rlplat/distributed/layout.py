@@ -130,6 +130,11 @@ class RayLayoutConfig:
         on resume load the one of the restored step before any actor inserts,
         so learning goes on without refilling the warm-up. Without it a resumed
         run starts with an empty replay.
+      video_every_evals: K > 0 renders the first episode of every K-th
+        evaluation (the first one included) and of the final one: an MP4 in
+        ``<logdir>/videos/eval-<actor steps>.mp4`` and an animated GIF in
+        TensorBoard (evaluator, ``eval_video``). Control-suite tasks only
+        (they have a MuJoCo scene); 0: no video.
     """
 
     actor_chunk_steps: int = 1000
@@ -159,13 +164,14 @@ class RayLayoutConfig:
     learner_cpus: Optional[float] = None
     allow_unauthenticated_ray: bool = False
     replay_checkpoint: bool = False
+    video_every_evals: int = 0
 
     def __post_init__(self):
         self._check_placement()
         for name in ("actor_chunk_steps", "learner_chunk_steps", "eval_episodes", "num_learner_workers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
-        for name in ("eval_every_actor_steps", "actor_max_restarts"):
+        for name in ("eval_every_actor_steps", "actor_max_restarts", "video_every_evals"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (got {getattr(self, name)})")
         for f in dataclasses.fields(self):
@@ -248,6 +254,9 @@ def run_on_ray(builder, env: str, env_kwargs: Optional[Dict[str, Any]] = None, *
         lower = max(workers, batch - batch % workers)
         raise ValueError(f"--global-batch-size {batch} does not split over --num-learner-workers "
                          f"{workers}; use a multiple of {workers} such as {lower}")
+    if layout.video_every_evals and env.startswith("gym:"):
+        raise ValueError(f"--video-every: {env} has no MuJoCo scene to render (gym: tasks cannot be "
+                         "recorded); drop --video-every or pick a control-suite task")
     if max_actor_steps is not None and max_actor_steps < 1:
         raise ValueError(f"--max-actor-steps must be >= 1 (got {max_actor_steps}); leave it out "
                          "to run until interrupted")

@@ -65,6 +65,10 @@ def add_run_flags(parser: argparse.ArgumentParser, agent: str, default_env: str,
     parser.add_argument("--eval-every-steps", type=int, default=None, metavar="STEPS",
                         help="evaluate every STEPS actor steps instead of every --eval-period "
                              "seconds: learning curves then do not depend on machine speed")
+    parser.add_argument("--video-every", type=int, default=0, metavar="K",
+                        help="render the first episode of every K-th evaluation (and of the final "
+                             "one) to <logdir>/videos/eval-<steps>.mp4 and TensorBoard's Images tab; "
+                             "control-suite tasks only (default: 0, no video)")
     parser.add_argument("--eval-episodes", type=int, default=5, metavar="N",
                         help="greedy episodes per evaluation (default: 5)")
     parser.add_argument("--checkpoint-period", type=float, default=300.0, metavar="SECONDS",
@@ -94,6 +98,11 @@ def check_run_args(args: argparse.Namespace, agent: str) -> str:
             f"--num-learner-replicas {args.num_learner_replicas} cannot be combined with "
             f"--num-learner-workers {args.num_learner_workers}: each learner worker uses all of its "
             "node's GPUs (or its CPU); drop --num-learner-replicas")
+    if args.video_every < 0:
+        raise common.UsageError(f"--video-every must be >= 0 (got {args.video_every}); 0 records no video")
+    if args.video_every and args.env.startswith("gym:"):
+        raise common.UsageError(f"--video-every: {args.env} has no MuJoCo scene to render (gym: tasks "
+                                "cannot be recorded); drop --video-every or pick a control-suite task")
     if args.max_actor_steps is not None and args.max_actor_steps < 1:
         raise common.UsageError(f"--max-actor-steps must be >= 1 (got {args.max_actor_steps}); "
                                 "leave it out to run until interrupted")
@@ -288,6 +297,7 @@ def _run_on_ray(args: argparse.Namespace, logdir: str, make_builder: Callable[[]
                                 num_learner_workers=args.num_learner_workers,
                                 allow_unauthenticated_ray=args.allow_unauthenticated_ray,
                                 replay_checkpoint=bool(args.replay_checkpoint),
+                                video_every_evals=args.video_every,
                                 **common.placement_from_args(args),
                                 **dict(layout_overrides or {}))
         builder = make_builder()

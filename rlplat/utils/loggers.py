@@ -20,6 +20,7 @@ events; its viewer shows the latest value per step.)
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import numbers
@@ -78,6 +79,21 @@ class MetricsLogger:
             with self._writer.as_default():
                 tf.summary.text(name, markdown, step=int(step))
             self._writer.flush()
+
+    def write_gif(self, name: str, gif: bytes, step: int) -> None:
+        """An animated GIF as a TensorBoard image summary (its Images tab plays it)."""
+        if self._writer is None:
+            return
+        from PIL import Image  # pylint: disable=g-import-not-at-top
+
+        with Image.open(io.BytesIO(gif)) as image:
+            width, height = image.size
+        summary = tf.compat.v1.Summary(value=[tf.compat.v1.Summary.Value(
+            tag=name, image=tf.compat.v1.Summary.Image(
+                height=height, width=width, colorspace=3, encoded_image_string=gif))])
+        with self._writer.as_default():
+            tf.summary.experimental.write_raw_pb(summary.SerializeToString(), step=int(step))
+        self._writer.flush()
 
     def flush(self) -> None:
         if self._writer is not None:

@@ -177,6 +177,17 @@ def write_video(path: str, frames: Sequence[np.ndarray], fps: float) -> int:
     return writer.num_frames
 
 
+def encode(frames: Sequence[np.ndarray], extension: str, fps: float) -> bytes:
+    """``frames`` as the bytes of a .gif or .mp4 file (through a temporary file)."""
+    import tempfile  # pylint: disable=g-import-not-at-top
+
+    with tempfile.TemporaryDirectory(prefix="rlplat-video-") as folder:
+        path = os.path.join(folder, "video" + extension)
+        write_video(path, frames, fps)
+        with open(path, "rb") as f:
+            return f.read()
+
+
 def _open_mp4(path: str, fps: float):
     import imageio.v2 as imageio  # pylint: disable=g-import-not-at-top
 

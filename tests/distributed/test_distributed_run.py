@@ -44,6 +44,8 @@ BUILDER = D4PGBuilder(config=SMALL, steps_per_call=4)
 # greedy episode mid-run only slows every run down.
 LAYOUT = layout.RayLayoutConfig(actor_chunk_steps=500, learner_chunk_steps=16, console_every_s=1.0,
                                 eval_every_actor_steps=0, eval_episodes=1, stop_timeout_s=60)
+# The first run also records its final evaluation on video.
+VIDEO_LAYOUT = dataclasses.replace(LAYOUT, video_every_evals=1)
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +60,7 @@ def first_run(ray_session, tmp_path_factory):
     del ray_session
     logdir = str(tmp_path_factory.mktemp("d4pg") / "run")
     summary = layout.run_on_ray(BUILDER, ENV, num_actors=2, max_actor_steps=FIRST_STEPS, logdir=logdir,
-                                seed=SEED, console=False, layout=LAYOUT)
+                                seed=SEED, console=False, layout=VIDEO_LAYOUT)
     return logdir, summary
 
 
@@ -84,6 +86,27 @@ def test_short_run_counts_match(first_run):
     assert 0 < summary["samples_per_insert"] <= SMALL.samples_per_insert * 1.5
     # Every worker was released: the shared instance has all its CPUs back.
     assert _wait_for_free_cpus(2.0)
+
+
+def test_the_final_evaluation_is_on_video_in_the_logdir_and_tensorboard(first_run):
+    import imageio.v2 as imageio
+
+    logdir, summary = first_run
+    videos = sorted(os.listdir(os.path.join(logdir, "videos")))
+    assert videos == [f"eval-{summary['actor_steps']}.mp4"]
+    frames = np.stack(imageio.mimread(os.path.join(logdir, "videos", videos[0]), memtest=False))
+    # One 1000-step episode at 100 control steps/s, kept at <= 30 fps: every 4th step, plus the reset.
+    assert frames.shape == (1 + 1000 // 4, 240, 320, 3), frames.shape
+    assert frames.std() > 10  # not a blank image
+    assert np.abs(np.diff(frames.astype(np.int16), axis=0)).mean(axis=(1, 2, 3)).max() > 1  # it moves
+    events = [r for r in loggers.read_jsonl(os.path.join(logdir, loggers.JSONL_NAME), "driver")
+              if r.get("event") == "eval_video"]
+    assert [e["frames"] for e in events] == [len(frames)]
+    gifs = [(v.image.width, v.image.height, v.image.encoded_image_string[:6])
+            for path in glob.glob(os.path.join(logdir, "tb", "evaluator", "events.*"))
+            for event in tf.compat.v1.train.summary_iterator(path)
+            for v in event.summary.value if v.tag == "eval_video"]
+    assert gifs == [(160, 120, b"GIF89a")]
 
 
 def test_run_writes_logs_checkpoint_and_run_info(first_run):

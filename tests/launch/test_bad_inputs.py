@@ -74,6 +74,9 @@ CASES = [
                                    "--critic-layer-sizes", "32,32", "--samples-per-insert", "2"],
      ["--resume --replay-checkpoint", "--samples-per-insert 1", "pass --samples-per-insert 1",
       "--no-replay-checkpoint"]),
+    ("video-every-negative", [*D4PG, "--video-every", "-1"], ["--video-every must be >= 0"]),
+    ("video-every-gym", [*IMPALA, "--env", "gym:CartPole-v1", "--video-every", "2"],
+     ["--video-every", "no MuJoCo scene", "drop --video-every"]),
     ("impala-replay-checkpoint", [*IMPALA, "--replay-checkpoint"],
      ["--replay-checkpoint is for replay-based agents", "drop the flag"]),
     # batch split, replay rate limiter
