@@ -50,7 +50,8 @@ def check_logdir(logdir: str, resume: bool) -> None:
 
 
 def train(config: SupervisedConfig, num_replicas: Optional[int], logdir: str,
-          resume: bool = False, progress: Optional[bool] = None) -> Dict[str, Any]:
+          resume: bool = False, progress: Optional[bool] = None,
+          debug_eager: bool = False) -> Dict[str, Any]:
     """Trains (or resumes training) up to ``config.num_steps`` steps.
 
     Args:
@@ -61,13 +62,16 @@ def train(config: SupervisedConfig, num_replicas: Optional[int], logdir: str,
       logdir: the run directory (see the module docstring).
       resume: continue from the newest checkpoint in ``logdir``.
       progress: show a progress bar; None shows it only on a terminal.
+      debug_eager: run every step eagerly on one device, through the same
+        ``step_fn`` (``make_replicator(eager=True)``): a ``breakpoint()`` in
+        the step stops there.
 
     Returns:
       ``{"step", "held_out_accuracy", "held_out_loss", "seconds", "logdir"}``.
     """
     started = time.time()
     check_logdir(logdir, resume)
-    repl = replication.make_replicator(num_replicas=num_replicas)
+    repl = replication.make_replicator(num_replicas=num_replicas, eager=debug_eager)
     learner = learning.SupervisedLearner(config, repl)
     checkpointer = checkpointing.Checkpointer(
         os.path.join(logdir, CHECKPOINT_SUBDIR), is_chief=repl.is_chief,

@@ -106,17 +106,20 @@ class WorkerStartup:
         if self.cfg.num_learner_workers > 1:
             self.learner = self._start_learner_group()
         else:
+            learner_env = process.runtime_env("learner", cpu_only=not self.plan.learner_gpus,
+                                              threads=self.plan.learner_threads[0])
+            if self.cfg.debug_eager:  # breakpoint() in the step waits for `ray debug` to attach
+                learner_env["env_vars"]["RAY_DEBUG"] = "legacy"
             self.learner = workers.remote(
                 workers.LearnerWorker, num_cpus=self.plan.learner_cpus, num_gpus=self.plan.learner_gpus,
                 max_concurrency=4, max_restarts=0, name=self.learner_name,
-                runtime_env=process.runtime_env("learner", cpu_only=not self.plan.learner_gpus,
-                                                threads=self.plan.learner_threads[0]),
+                runtime_env=learner_env,
                 **placement.ray_options(self.plan, "learner"),
             ).remote(self.builder, self.spec, self.num_replicas, self.replay_address, self.logdir,
                      num_actors=self.num_actors, replay_host=replay_host,
                      resume=self.restored_step is not None, threads=self.plan.learner_threads,
                      use_gpus=bool(self.plan.learner_gpus),
-                     replay_checkpoint=self.cfg.replay_checkpoint)
+                     replay_checkpoint=self.cfg.replay_checkpoint, debug_eager=self.cfg.debug_eager)
 
         # Actors and evaluator start now, so their imports overlap with the
         # learner's build; each asks the learner for the replay address and
@@ -145,6 +148,9 @@ class WorkerStartup:
         self.console.message(f"learner up: {ready['num_replicas']} replica(s){group} on "
                              f"{', '.join(ready['devices'])}; step {self.learner_steps:,}; "
                              f"replay at {self.replay_address}")
+        if ready.get("eager"):
+            self.console.message("--debug-eager: learner steps run eagerly (slow); a breakpoint() in "
+                                 "the step function waits for `ray debug` (run it in another terminal)")
         self._report_placement()
         self._report_replay_restore(replay_restore or ready.get("replay_restore"))
 

@@ -135,6 +135,11 @@ class RayLayoutConfig:
         ``<logdir>/videos/eval-<actor steps>.mp4`` and an animated GIF in
         TensorBoard (evaluator, ``eval_video``). Control-suite tasks only
         (they have a MuJoCo scene); 0: no video.
+      debug_eager: the learner runs each step eagerly on one replica, through
+        the same ``step_fn`` (``replication.make_replicator(eager=True)``),
+        so a ``breakpoint()`` in it stops there: its worker gets
+        ``RAY_DEBUG=legacy``, and ``ray debug`` attaches a terminal to it.
+        Slow; for development only. Needs one learner worker and one replica.
     """
 
     actor_chunk_steps: int = 1000
@@ -165,6 +170,7 @@ class RayLayoutConfig:
     allow_unauthenticated_ray: bool = False
     replay_checkpoint: bool = False
     video_every_evals: int = 0
+    debug_eager: bool = False
 
     def __post_init__(self):
         self._check_placement()
@@ -254,6 +260,9 @@ def run_on_ray(builder, env: str, env_kwargs: Optional[Dict[str, Any]] = None, *
         lower = max(workers, batch - batch % workers)
         raise ValueError(f"--global-batch-size {batch} does not split over --num-learner-workers "
                          f"{workers}; use a multiple of {workers} such as {lower}")
+    if layout.debug_eager and (layout.num_learner_workers > 1 or (num_learner_replicas or 1) > 1):
+        raise ValueError("--debug-eager runs the learner on one device: drop --num-learner-replicas "
+                         "and --num-learner-workers (or set them to 1)")
     if layout.video_every_evals and env.startswith("gym:"):
         raise ValueError(f"--video-every: {env} has no MuJoCo scene to render (gym: tasks cannot be "
                          "recorded); drop --video-every or pick a control-suite task")

@@ -295,6 +295,8 @@ class LearnerWorker:
         server, co-located or not, for a Reverb checkpoint and files it under
         the learner step, see ``replay.checkpoints``); a co-located server
         also restores the one of the step resumed.
+      debug_eager: run each learner step eagerly (one replica), as Python, so
+        a ``breakpoint()`` in the step function stops there (``--debug-eager``).
 
     Threading: create it as a threaded Ray actor (``max_concurrency`` >= 3).
     ``train`` runs on one Ray thread while ``get_variables*`` (actors' pulls),
@@ -308,7 +310,8 @@ class LearnerWorker:
                  logdir: str, *, num_actors: int = 1, replay_host: Optional[str] = None,
                  resume: bool = False, threads: Tuple[int, int] = (1, 2), use_gpus: bool = False,
                  max_checkpoints_to_keep: int = 3, tf_config: Optional[Dict[str, Any]] = None,
-                 collective_timeout_s: Optional[float] = None, replay_checkpoint: bool = False):
+                 collective_timeout_s: Optional[float] = None, replay_checkpoint: bool = False,
+                 debug_eager: bool = False):
         if tf_config is not None:
             if replay_address is None:
                 raise ValueError("a learner worker of a multi-worker group cannot host replay; "
@@ -340,7 +343,8 @@ class LearnerWorker:
 
         self._replicator = replication.make_replicator(
             num_replicas=None if tf_config is not None else num_replicas,
-            collective_timeout_s=collective_timeout_s if tf_config is not None else None)
+            collective_timeout_s=collective_timeout_s if tf_config is not None else None,
+            eager=debug_eager)
         # The driver writes every role's logs (one place, even across nodes),
         # so the learner gets no logdir of its own.
         self._learner = builder.make_learner(environment_spec, self._replicator, learner_address,
@@ -370,6 +374,7 @@ class LearnerWorker:
                 "pid": os.getpid(), "node_ip": node_ip(), "replay_colocated": self._server is not None,
                 "is_chief": self._replicator.is_chief, "num_workers": self._replicator.num_workers,
                 "worker_index": int(self._tf_config["task"]["index"]) if self._tf_config else 0,
+                "eager": self._replicator.eager,
                 "replay_restore": self._replay_restore}
 
     def _replay_inserts(self) -> Optional[int]:

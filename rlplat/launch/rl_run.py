@@ -65,6 +65,10 @@ def add_run_flags(parser: argparse.ArgumentParser, agent: str, default_env: str,
     parser.add_argument("--eval-every-steps", type=int, default=None, metavar="STEPS",
                         help="evaluate every STEPS actor steps instead of every --eval-period "
                              "seconds: learning curves then do not depend on machine speed")
+    parser.add_argument("--debug-eager", action="store_true",
+                        help="run each learner step eagerly on one device through the same step "
+                             "function, so a breakpoint() in it stops there (attach with `ray debug`); "
+                             "slow, for development")
     parser.add_argument("--video-every", type=int, default=0, metavar="K",
                         help="render the first episode of every K-th evaluation (and of the final "
                              "one) to <logdir>/videos/eval-<steps>.mp4 and TensorBoard's Images tab; "
@@ -98,6 +102,9 @@ def check_run_args(args: argparse.Namespace, agent: str) -> str:
             f"--num-learner-replicas {args.num_learner_replicas} cannot be combined with "
             f"--num-learner-workers {args.num_learner_workers}: each learner worker uses all of its "
             "node's GPUs (or its CPU); drop --num-learner-replicas")
+    if args.debug_eager and (args.num_learner_workers > 1 or (args.num_learner_replicas or 1) > 1):
+        raise common.UsageError("--debug-eager runs the learner on one device: drop "
+                                "--num-learner-replicas and --num-learner-workers")
     if args.video_every < 0:
         raise common.UsageError(f"--video-every must be >= 0 (got {args.video_every}); 0 records no video")
     if args.video_every and args.env.startswith("gym:"):
@@ -298,6 +305,7 @@ def _run_on_ray(args: argparse.Namespace, logdir: str, make_builder: Callable[[]
                                 allow_unauthenticated_ray=args.allow_unauthenticated_ray,
                                 replay_checkpoint=bool(args.replay_checkpoint),
                                 video_every_evals=args.video_every,
+                                debug_eager=args.debug_eager,
                                 **common.placement_from_args(args),
                                 **dict(layout_overrides or {}))
         builder = make_builder()

@@ -31,6 +31,9 @@ SHAPE_FIELDS = ("hidden_sizes",)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     common.add_run_flags(parser, AGENT)
     common.add_config_flags(parser, SupervisedConfig, CONFIG_FLAGS)
+    parser.add_argument("--debug-eager", action="store_true",
+                        help="run each step eagerly on one device through the same step function, "
+                             "so a breakpoint() in it stops in this terminal; slow, for development")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
     # devices are configured before any op runs.
     logdir = common.check_run_flags(args, AGENT)
     config = common.config_from_args(SupervisedConfig, args, CONFIG_FLAGS)
+    if args.debug_eager and (args.num_replicas or 1) > 1:
+        raise common.UsageError("--debug-eager runs on one device: drop --num-replicas")
     if args.num_replicas is not None:
         try:
             config.check_replicas(args.num_replicas)
@@ -63,7 +68,8 @@ def _train(args: argparse.Namespace, config: SupervisedConfig, logdir: str) -> i
 
     print(f"{'resuming' if args.resume else 'run'} in {logdir}", flush=True)
     try:
-        summary = train.train(config, args.num_replicas, logdir, resume=args.resume, progress=args.progress)
+        summary = train.train(config, args.num_replicas, logdir, resume=args.resume, progress=args.progress,
+                              debug_eager=args.debug_eager)
     except ReplicationError as e:  # a device/cluster setting, found while building the strategy
         raise common.UsageError(str(e)) from None
     except FloatingPointError as e:  # the NaN guard stopped the run; the weights are still finite

@@ -49,9 +49,19 @@ class Replicator:
     functions of `rlplat.replication.primitives`) talk across replicas.
     """
 
-    def __init__(self, strategy: tf.distribute.Strategy):
+    def __init__(self, strategy: tf.distribute.Strategy, eager: bool = False):
+        if eager and strategy.num_replicas_in_sync != 1:
+            raise devices_lib.ReplicationError(
+                f"eager (debug) steps run on one device, not {strategy.num_replicas_in_sync} replicas; "
+                "use one replica (and one learner worker) with --debug-eager")
         self._strategy = strategy
+        self._eager = bool(eager)
         self._compiled: Dict[Any, Callable] = {}
+
+    @property
+    def eager(self) -> bool:
+        """True when steps run eagerly (``make_replicator(eager=True)``), for debugging."""
+        return self._eager
 
     # ----------------------------------------------------------------- topology
     @property
@@ -121,6 +131,9 @@ class Replicator:
         Per-replica outputs are combined with `reduce` ("mean" or "sum"), or
         returned as `PerReplica` values when `reduce` is None.
         """
+        if self._eager:
+            with _functions_run_eagerly():
+                return self._make_replicated(step_fn, reduce)(*args)
         key = (step_fn, reduce)
         compiled = self._compiled.get(key)
         if compiled is None:
@@ -143,6 +156,12 @@ class Replicator:
         """
         if num_steps < 1:
             raise ValueError(f"num_steps must be >= 1 (got {num_steps})")
+        if self._eager:
+            replicated = self._make_replicated(step_fn, reduce)
+            with _functions_run_eagerly():
+                for _ in range(int(num_steps)):
+                    outputs = replicated(next(iterator))
+            return outputs
         key = ("steps", step_fn, reduce)
         compiled = self._compiled.get(key)
         if compiled is None:
@@ -209,6 +228,22 @@ class Replicator:
         return wrap_optimizer(optimizer)
 
 
+@contextlib.contextmanager
+def _functions_run_eagerly():
+    """Every ``tf.function`` called inside (a learner's own helpers too) runs as Python.
+
+    TensorFlow's switch is process-wide, so it is set only around an eager
+    step and put back after it: a breakpoint anywhere under ``step_fn`` stops
+    there, with tensors that print their values.
+    """
+    before = tf.config.functions_run_eagerly()
+    tf.config.run_functions_eagerly(True)
+    try:
+        yield
+    finally:
+        tf.config.run_functions_eagerly(before)
+
+
 def wrap_optimizer(optimizer: tf.keras.optimizers.Optimizer) -> tf.keras.optimizers.Optimizer:
     """See `Replicator.wrap_optimizer`."""
     if not isinstance(optimizer, tf.keras.optimizers.Optimizer) or isinstance(
@@ -238,8 +273,12 @@ def _mean_aggregate_gradients(self, grads_and_vars):
 def make_replicator(num_replicas: Optional[int] = None,
                     devices: Optional[Sequence[str]] = None,
                     tpu: Optional[str] = None,
-                    collective_timeout_s: Optional[float] = None) -> Replicator:
+                    collective_timeout_s: Optional[float] = None, eager: bool = False) -> Replicator:
     """Builds the Replicator for this process (see `devices.make_strategy`).
+
+    ``eager=True`` (one replica only) runs every step as plain Python through
+    the same `step_fn` and the same strategy calls, so a debugger can stop
+    inside it; results match the compiled step's.
 
     Create one per process, after `TF_CONFIG` is set. On a CPU-only machine
     `num_replicas=N` splits the CPU into N logical devices, which must happen
@@ -247,4 +286,5 @@ def make_replicator(num_replicas: Optional[int] = None,
     cross-worker collective under MultiWorkerMirroredStrategy.
     """
     return Replicator(devices_lib.make_strategy(num_replicas=num_replicas, devices=devices, tpu=tpu,
-                                                collective_timeout_s=collective_timeout_s))
+                                                collective_timeout_s=collective_timeout_s),
+                      eager=eager)

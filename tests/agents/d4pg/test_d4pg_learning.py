@@ -51,6 +51,40 @@ def test_two_replicas_match_one_replica():
     assert not np.allclose(all_weights(one)[0], initial[0])  # The steps did move the weights.
 
 
+def test_eager_debug_steps_match_compiled_steps_through_the_same_step_fn():
+    """``make_replicator(eager=True)`` (``--debug-eager``) runs the learner's own step as Python."""
+    config = small_config(clipping=True, target_update_period=2)
+    batches = [random_batch(8, seed=s) for s in range(4)]
+    compiled = _learner(config, batches, 1, steps_per_call=2)
+    repl = replication.make_replicator(1, eager=True)
+    eager = D4PGLearner(config, SPEC, repl, repl.distribute(batches_dataset(batches)), steps_per_call=2)
+    _copy_weights(compiled, eager)
+    seen = []
+    original = eager._losses_and_grads  # pylint: disable=protected-access
+
+    def spy(batch):
+        # Python inside the step runs on every step, with concrete values:
+        # where a researcher's breakpoint would stop.
+        seen.append(float(tf.reduce_sum(batch[2]).numpy()))
+        return original(batch)
+
+    eager._losses_and_grads = spy  # pylint: disable=protected-access
+    eager._grads_fn = tf.function(spy)  # pylint: disable=protected-access  (as the learner wraps it)
+    m_compiled = [compiled.step() for _ in range(2)]
+    m_eager = [eager.step() for _ in range(2)]
+    assert compiled.num_steps == eager.num_steps == 4
+    assert len(seen) == 4  # one Python call per step: nothing was traced and replayed
+    assert not tf.config.functions_run_eagerly()  # the switch is put back after each step
+    for a, b in zip(all_weights(compiled), all_weights(eager)):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(m_compiled[-1]["critic_loss"], m_eager[-1]["critic_loss"], rtol=1e-5)
+
+
+def test_eager_debug_steps_need_one_replica():
+    with pytest.raises(replication.ReplicationError, match="one device, not 2 replicas"):
+        replication.make_replicator(2, eager=True)
+
+
 @pytest.mark.slow
 def test_critic_loss_falls_on_a_fixed_batch():
     # Terminal transitions (discount 0): the target is the reward itself, a

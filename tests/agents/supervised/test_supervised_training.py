@@ -12,9 +12,9 @@ from rlplat import replication
 from rlplat.utils import checkpointing, loggers
 
 
-def _train_learner(num_replicas, num_steps, **config_changes):
+def _train_learner(num_replicas, num_steps, eager=False, **config_changes):
     config = SupervisedConfig(num_steps=num_steps, **config_changes)
-    repl = replication.make_replicator(num_replicas=num_replicas)
+    repl = replication.make_replicator(num_replicas=num_replicas, eager=eager)
     learner = learning.SupervisedLearner(config, repl)
     batches = repl.distribute(data.make_input_fn(config.global_batch_size, config.seed))
     learner.train(batches, num_steps)
@@ -57,6 +57,17 @@ def test_per_replica_batch_norm_makes_the_replica_count_matter():
     two = _train_learner(2, 20, synchronized_batch_norm=False)
     largest = max(np.max(np.abs(w1 - w2)) for w1, w2 in zip(_weights(one), _weights(two)))
     assert largest > 1e-3
+
+
+def test_eager_debug_steps_train_like_compiled_steps():
+    """``--debug-eager``: the same step_fn, run as Python, gives the compiled run's weights."""
+    compiled = _train_learner(1, 12, steps_per_loop=4)
+    eager = _train_learner(1, 12, eager=True, steps_per_loop=4)
+    assert compiled.step == eager.step == 12
+    for w1, w2 in zip(_weights(compiled), _weights(eager)):
+        np.testing.assert_allclose(w1, w2, rtol=1e-5, atol=1e-6)
+    assert max(np.max(np.abs(w1 - w0)) for w1, w0 in zip(_weights(eager), _weights(
+        learning.SupervisedLearner(SupervisedConfig(), replication.make_replicator(1))))) > 1e-3
 
 
 def _small(num_steps):
