@@ -122,3 +122,23 @@ def test_bench_index_is_generated_from_the_current_results_and_lists_every_bench
     helpers = {"bench_index", "learning_table", "seeds", "cpu_accounting"}
     modules = {os.path.splitext(os.path.basename(p))[0] for p in glob.glob(os.path.join(bench, "*.py"))}
     assert modules - helpers == set(bench_index.BENCHES)
+
+
+def test_architecture_diagram_names_real_code_and_was_redrawn_from_its_source():
+    import importlib  # pylint: disable=g-import-not-at-top
+
+    docs = os.path.join(REPO, "docs")
+    sys.path.insert(0, docs)
+    try:
+        import architecture  # pylint: disable=g-import-not-at-top
+    finally:
+        sys.path.remove(docs)
+    for name, (_, code, _, _, _) in architecture.BOXES.items():
+        module, attribute = code.split(":")
+        assert hasattr(importlib.import_module(module), attribute), f"box {name}: no {code}"
+    for start, end, _ in architecture.ARROWS:
+        assert start in architecture.BOXES and end in architecture.BOXES
+    assert architecture.recorded_hash() == architecture.source_hash(), (
+        "docs/architecture.png is stale: run python docs/architecture.py")
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        assert "](docs/architecture.png)" in f.read()
