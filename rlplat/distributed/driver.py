@@ -73,6 +73,8 @@ class Driver(WorkerStartup, ControlLoop, ActorCare):
         self.learner_steps = restored_step or 0
         self.eval: Dict[str, Any] = {}
         self.evals_started = 0  # every video_every_evals-th one is recorded on video
+        self.next_status_publish = 0.0  # monotonic time of the next status_board snapshot
+        self.status_publish_failed = False
         self.replay_stats: Dict[str, Any] = {}
         self.checkpoint_path: Optional[str] = None
         self.stop_event = stop_event
@@ -233,6 +235,8 @@ class Driver(WorkerStartup, ControlLoop, ActorCare):
         for logger in self.loggers.values():
             logger.close()
         self.console.close()
+        if self.loggers and ray.is_initialized():
+            self._publish_status(final=True)
         if self.connection is not None:
             cluster.disconnect(self.connection)
         elif not self._ray_was_up and ray.is_initialized():

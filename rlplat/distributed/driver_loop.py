@@ -20,6 +20,7 @@ from rlplat.distributed import counters
 from rlplat.distributed import driver_records
 from rlplat.distributed import errors
 from rlplat.distributed import progress
+from rlplat.distributed import status_board
 from rlplat.distributed.errors import RunFailedError
 
 
@@ -220,6 +221,31 @@ class ControlLoop:
             eval_version=self.eval.get("policy_version"), replay_size=self.replay_stats.get("replay_size"),
             samples_per_insert=self.replay_stats.get("samples_per_insert"),
             policy_version=min(versions) if versions else None, policy_lag=lag, restarts=self.restarts))
+        if time.monotonic() >= self.next_status_publish:
+            self.next_status_publish = time.monotonic() + status_board.PUBLISH_PERIOD_S
+            self._publish_status()
+
+    def _publish_status(self, final: bool = False) -> None:
+        """The ``rlplat status`` snapshot of this run into the cluster (``status_board``).
+
+        Best effort: a run never fails for its status; the first failure is
+        reported once and publishing stops.
+        """
+        from rlplat.utils import run_status  # pylint: disable=g-import-not-at-top
+
+        if self.status_publish_failed:
+            return
+        try:
+            status = run_status.read_status(self.logdir)
+            if final:  # this driver is still alive, but the run is over
+                status["run"]["state"] = "ended"
+                status["eta_s"] = None
+            status["stop_reason"] = self.stop_reason
+            status_board.publish(status)
+        except Exception as e:  # pylint: disable=broad-except
+            self.status_publish_failed = True
+            self.console.message(f"run status not published to the cluster ({errors.one_line(e)}); "
+                                 "`rlplat status --logdir` still works")
 
     def _read_replay(self, timeout_s: float = 2.0) -> bool:
         """Refreshes ``replay_stats`` from the server's table info; False if it did not answer."""

@@ -175,6 +175,12 @@ def _int_list(text: str) -> tuple:
 
 
 # -------------------------------------------------------------------- TF set-up
+def looks_like_host_port(address: str) -> bool:
+    """True for ``HOST:PORT`` with a port in 1..65535 (``--address``)."""
+    host, sep, port = address.rpartition(":")
+    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
+
+
 def setup_tensorflow(num_replicas: Optional[int]) -> None:
     """Threads and logical CPU devices for ``num_replicas``, before TF runs any op."""
     from rlplat.utils import tf_setup  # pylint: disable=g-import-not-at-top

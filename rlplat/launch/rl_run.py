@@ -126,7 +126,7 @@ def check_run_args(args: argparse.Namespace, agent: str) -> str:
     if args.target_eval_return is not None and not math.isfinite(args.target_eval_return):
         raise common.UsageError(f"--target-eval-return must be a finite number "
                                 f"(got {args.target_eval_return:g}); leave it out to never stop early")
-    if args.address not in (None, "auto") and not _looks_like_host_port(args.address):
+    if args.address not in (None, "auto") and not common.looks_like_host_port(args.address):
         raise common.UsageError(f"--address must be 'auto' or HOST:PORT (got {args.address!r}); "
                                 "e.g. --address 127.0.0.1:6379")
     if args.allow_unauthenticated_ray and args.address is None:
@@ -205,11 +205,6 @@ def check_env(name: str, agent: str, continuous_actions: bool = False) -> None:
             f"{agent.upper()} needs continuous actions, but --env {name} has {actions.num_values} "
             f"discrete actions; train it with `rlplat train impala --env {name}`, or pick a continuous task "
             "such as cartpole:swingup or gym:Pendulum-v1")
-
-
-def _looks_like_host_port(address: str) -> bool:
-    host, sep, port = address.rpartition(":")
-    return bool(sep and host and port.isdigit() and 0 < int(port) < 65536)
 
 
 def run_agent(args: argparse.Namespace, logdir: str, make_builder: Callable[[], Any],

@@ -78,6 +78,8 @@ CASES = [
      ["--debug-eager runs the learner on one device"]),
     ("supervised-debug-eager-replicas", [*SUP, "--debug-eager", "--num-replicas", "2"],
      ["--debug-eager runs on one device"]),
+    ("status-without-run", ["status"], ["pass --logdir RUN", "--address HOST:PORT"]),
+    ("status-bad-address", ["status", "--address", "headnode"], ["--address must be 'auto' or HOST:PORT"]),
     ("video-every-negative", [*D4PG, "--video-every", "-1"], ["--video-every must be >= 0"]),
     ("video-every-gym", [*IMPALA, "--env", "gym:CartPole-v1", "--video-every", "2"],
      ["--video-every", "no MuJoCo scene", "drop --video-every"]),

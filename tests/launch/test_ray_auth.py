@@ -9,8 +9,12 @@ one with RAY_AUTH_MODE=token and a token of its own.
   fix, and no run directory left behind.
 - With --allow-unauthenticated-ray the same command connects (its "Ray
   cluster at" line) and is then stopped with SIGTERM.
+- On the token head, a short run's status is read with `rlplat status
+  --address` (a separate process that never sees the logdir's path) while
+  it is live and after it ended, and matches what `--logdir` reads.
 """
 
+import json
 import os
 import shutil
 import signal
@@ -47,7 +51,7 @@ def _free_port() -> int:
 class _Head:
     """A one-node Ray cluster in a session of its own; ``stop`` ends the whole session."""
 
-    def __init__(self, auth_mode: str):
+    def __init__(self, auth_mode: str, num_cpus: int = 1):
         self.root = tempfile.mkdtemp(prefix="rlauth-", dir="/tmp")  # short: Ray's socket paths
         self.port = _free_port()
         env = dict(os.environ, RAY_AUTH_MODE=auth_mode)
@@ -60,7 +64,7 @@ class _Head:
         self.log = open(os.path.join(self.root, "head.log"), "w")
         self.proc = subprocess.Popen(
             [RAY, "start", "--head", "--block", "--node-ip-address", HOST, "--port", str(self.port),
-             "--num-cpus", "1", "--include-dashboard", "false", "--disable-usage-stats",
+             "--num-cpus", str(num_cpus), "--include-dashboard", "false", "--disable-usage-stats",
              "--temp-dir", os.path.join(self.root, "ray")],
             env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + _HEAD_START_S
@@ -114,7 +118,7 @@ def open_head():
 
 @pytest.fixture(scope="module")
 def token_head():
-    head = _Head("token")
+    head = _Head("token", num_cpus=2)  # room for a learner and an actor (the status test)
     yield head
     head.stop()
 
@@ -159,3 +163,52 @@ def test_opt_out_flag_joins_the_open_cluster(open_head, tmp_path):
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+def _status_on(head, *extra, env):
+    command = [RLPLAT] if os.path.exists(RLPLAT) else [sys.executable, "-m", "rlplat.launch.cli"]
+    result = subprocess.run([*command, "status", "--address", head.address, "--json", *extra],
+                            cwd="/", env=env, capture_output=True, text=True, timeout=120)
+    return result, [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+
+
+def test_status_address_shows_a_run_live_and_after_it_ended(token_head, tmp_path):
+    from rlplat.utils import run_status  # pylint: disable=g-import-not-at-top
+
+    env = dict(os.environ, PYTHONUNBUFFERED="1", RAY_AUTH_MODE="token",
+               RAY_AUTH_TOKEN_PATH=os.path.join(token_head.root, "token"))
+    for name in ("TF_CONFIG", "RAY_ADDRESS", "RAY_AUTH_TOKEN"):
+        env.pop(name, None)
+    logdir = str(tmp_path / "run")
+    command = [RLPLAT] if os.path.exists(RLPLAT) else [sys.executable, "-m", "rlplat.launch.cli"]
+    out_path = tmp_path / "train.out"
+    with open(out_path, "w") as out:
+        proc = subprocess.Popen([*command, *_RUN, "--address", token_head.address, "--logdir", logdir,
+                                 "--max-actor-steps", "4000"], cwd=REPO, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        live = None
+        deadline = time.monotonic() + _CONNECT_BOUND_S
+        while live is None and proc.poll() is None:
+            assert time.monotonic() < deadline, out_path.read_text()
+            result, statuses = _status_on(token_head, env=env)
+            live = next((s for s in statuses if s["logdir"] == logdir and s["run"]["state"] == "live"
+                         and (s["actor_steps"] or 0) > 0), None)
+            time.sleep(1.0)
+        assert live is not None, f"never seen live; the run ended first:\n{out_path.read_text()}"
+        assert proc.wait(timeout=300) == 0, out_path.read_text()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    result, statuses = _status_on(token_head, "--logdir", logdir, env=env)
+    assert result.returncode == 0, result.stderr
+    [ended] = statuses
+    local = run_status.read_status(logdir)
+    assert ended["run"]["state"] == "ended" and ended["stop_reason"] == "max_actor_steps"
+    assert ended["actor_steps"] == local["actor_steps"] >= 4000
+    assert ended["learner_steps"] == local["learner_steps"] > live["learner_steps"]
+    assert ended["checkpoint"]["learner_step"] == local["checkpoint"]["learner_step"]
+    # A run the cluster never saw: one line naming the fix.
+    result, _ = _status_on(token_head, "--logdir", str(tmp_path / "other"), env=env)
+    assert_usage_error(result, "no rlplat run on the Ray cluster", "--logdir")
