@@ -46,6 +46,12 @@ def remote(cls, **options):
     those events would show.
     """
     options.setdefault("enable_task_events", False)
+    if "scheduling_strategy" not in options and ray.util.get_current_placement_group() is not None:
+        # Started from inside a placement group (a sweep's Tune trial): the
+        # run's workers take their own CPUs from the cluster, not the trial's.
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # pylint: disable=g-import-not-at-top
+
+        options["scheduling_strategy"] = PlacementGroupSchedulingStrategy(placement_group=None)
     return ray.remote(cls).options(**options)
 
 

@@ -275,6 +275,27 @@ def _unwind_on_sigterm():
     return signal.signal(signal.SIGTERM, _raise_terminated)
 
 
+def env_kwargs_from_args(args: argparse.Namespace) -> Dict[str, Any]:
+    """``run_on_ray``'s ``env_kwargs`` from the run flags."""
+    return {"action_repeat": args.action_repeat} if args.action_repeat != 1 else {}
+
+
+def layout_kwargs_from_args(args: argparse.Namespace) -> Dict[str, Any]:
+    """``RayLayoutConfig`` fields from the run flags (``rlplat train`` and ``rlplat sweep``)."""
+    by_steps = args.eval_every_steps is not None
+    return dict(eval_every_actor_steps=args.eval_every_steps if by_steps else 0,
+                eval_every_s=None if by_steps else args.eval_period,
+                eval_episodes=args.eval_episodes,
+                checkpoint_every_s=args.checkpoint_period,
+                target_eval_return=args.target_eval_return,
+                num_learner_workers=args.num_learner_workers,
+                allow_unauthenticated_ray=args.allow_unauthenticated_ray,
+                replay_checkpoint=bool(args.replay_checkpoint),
+                video_every_evals=args.video_every,
+                debug_eager=args.debug_eager,
+                **common.placement_from_args(args))
+
+
 def _run_on_ray(args: argparse.Namespace, logdir: str, make_builder: Callable[[], Any],
                 layout_overrides: Optional[Dict[str, Any]]):
     """``run_on_ray`` with the run flags: its summary, or an exit code when it failed."""
@@ -288,21 +309,9 @@ def _run_on_ray(args: argparse.Namespace, logdir: str, make_builder: Callable[[]
     from rlplat.distributed.errors import RunFailedError, RunInterrupted  # pylint: disable=g-import-not-at-top
     from rlplat.distributed.layout import RayLayoutConfig, run_on_ray  # pylint: disable=g-import-not-at-top
 
-    env_kwargs = {"action_repeat": args.action_repeat} if args.action_repeat != 1 else {}
+    env_kwargs = env_kwargs_from_args(args)
     try:
-        by_steps = args.eval_every_steps is not None
-        knobs = RayLayoutConfig(eval_every_actor_steps=args.eval_every_steps if by_steps else 0,
-                                eval_every_s=None if by_steps else args.eval_period,
-                                eval_episodes=args.eval_episodes,
-                                checkpoint_every_s=args.checkpoint_period,
-                                target_eval_return=args.target_eval_return,
-                                num_learner_workers=args.num_learner_workers,
-                                allow_unauthenticated_ray=args.allow_unauthenticated_ray,
-                                replay_checkpoint=bool(args.replay_checkpoint),
-                                video_every_evals=args.video_every,
-                                debug_eager=args.debug_eager,
-                                **common.placement_from_args(args),
-                                **dict(layout_overrides or {}))
+        knobs = RayLayoutConfig(**layout_kwargs_from_args(args), **dict(layout_overrides or {}))
         builder = make_builder()
     except ValueError as e:
         raise common.UsageError(str(e)) from None

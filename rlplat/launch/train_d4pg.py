@@ -20,6 +20,7 @@ from rlplat.launch import rl_run
 NAME = "d4pg"
 HELP = "D4PG (distributional DPG) on a control-suite task with N Ray actors"
 AGENT = "d4pg"
+CONFIG_CLASS = D4PGConfig
 DEFAULT_ENV = "cartpole:swingup"
 CONFIG_FLAGS = {
     "n_step": "n-step return length",
@@ -93,6 +94,12 @@ def check_rate_limiter(config: D4PGConfig, num_actors: int) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Parsed flags -> ``run_on_ray`` -> exit code (0 done, 1 run failed, 2 usage, 130/143 signal)."""
+    logdir, make_builder = prepare(args)
+    return rl_run.run_agent(args, logdir, make_builder)
+
+
+def prepare(args: argparse.Namespace):
+    """Every check of the flags (no Ray); returns ``(logdir, make_builder)``."""
     logdir = rl_run.check_run_args(args, AGENT)
     config = common.config_from_args(D4PGConfig, args, CONFIG_FLAGS)
     rl_run.check_config(args, logdir, AGENT, config, SHAPE_FIELDS, REPLAY_FIELDS)
@@ -104,4 +111,4 @@ def run(args: argparse.Namespace) -> int:
 
         return D4PGBuilder(config=config)
 
-    return rl_run.run_agent(args, logdir, make_builder)
+    return logdir, make_builder

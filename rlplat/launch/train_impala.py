@@ -18,6 +18,7 @@ NAME = "impala"
 HELP = "IMPALA (V-trace actor-critic) with N Ray actors; discrete or continuous actions"
 AGENT = "impala"
 DEFAULT_ENV = "gym:CartPole-v1"
+CONFIG_CLASS = IMPALAConfig
 CONFIG_FLAGS = {
     "unroll_length": "transitions per unroll",
     "global_batch_size": "unrolls per learner step over all replicas",
@@ -81,6 +82,12 @@ def shape_fields(config: IMPALAConfig) -> tuple:
 
 def run(args: argparse.Namespace) -> int:
     """Parsed flags -> ``run_on_ray`` -> exit code (0 done, 1 run failed, 2 usage, 130/143 signal)."""
+    logdir, make_builder = prepare(args)
+    return rl_run.run_agent(args, logdir, make_builder)
+
+
+def prepare(args: argparse.Namespace):
+    """Every check of the flags (no Ray); returns ``(logdir, make_builder)``."""
     if args.replay_checkpoint:
         raise common.UsageError(REPLAY_CHECKPOINT_REFUSAL)
     args.replay_checkpoint = False  # a resume of an older run that recorded it does not restore it
@@ -94,4 +101,4 @@ def run(args: argparse.Namespace) -> int:
 
         return IMPALABuilder(config=config)
 
-    return rl_run.run_agent(args, logdir, make_builder)
+    return logdir, make_builder

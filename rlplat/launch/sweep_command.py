@@ -1,0 +1,217 @@
+"""``rlplat sweep <agent>``: seeds and a grid of config values, trials run concurrently on Ray Tune.
+
+    rlplat sweep d4pg --env cartpole:swingup --seeds 3 --grid sigma=0.2,0.3 --max-actor-steps 200000
+
+Takes every flag of ``rlplat train <agent>`` (they apply to each trial),
+plus ``--seeds N`` (seeds ``--seed`` .. ``--seed``+N-1) and any number of
+``--grid FIELD=V1,V2,...`` over the agent's config flags. Trials are the
+product of the grid and the seeds; each is an ordinary run directory
+``<sweep dir>/<field=value,...>-seed<S>`` (``rlplat status``, ``plot``,
+``eval`` work on it). Every trial's flags are checked before Ray starts, as
+``rlplat train`` checks them. Each trial asks for ``--learner-cpus``
+(default 1) plus ``--actor-cpus`` (default 0.5) per actor; a trial that does
+not fit the cluster's CPUs is refused at start, and as many trials run at
+once as fit. At the end, ``summary.md``/``summary.csv`` (per trial: seed,
+overrides, final and best eval return, env steps to ``--target-eval-return``)
+and ``curves.png`` (mean and min-max band per config, as ``rlplat plot``)
+are written into the sweep directory.
+
+Built on Ray Tune (``rlplat.distributed.sweep``): it brings trial
+scheduling, concurrency limits and failure reports. Tune's search
+algorithms and early-stopping schedulers are not used: a trial reports once,
+at its end, because each trial is a whole distributed run with its own
+controller.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import csv
+import dataclasses
+import datetime
+import importlib
+import itertools
+import os
+import re
+import sys
+from typing import Any, Dict, List, Sequence, Tuple
+
+from rlplat.launch import common
+
+NAME = "sweep"
+HELP = "run seeds and a grid of config values as concurrent trials on Ray Tune"
+AGENTS = ("rlplat.launch.train_d4pg", "rlplat.launch.train_impala")
+DEFAULT_LEARNER_CPUS = 1.0
+DEFAULT_ACTOR_CPUS = 0.5
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    subs = parser.add_subparsers(title="agents", dest="agent", required=True, parser_class=common.Parser)
+    for module_name in AGENTS:
+        module = importlib.import_module(module_name)
+        sub = subs.add_parser(module.NAME, help=f"sweep {module.NAME}",
+                              description=f"Seeds and a grid of {module.NAME} config values on Ray Tune.")
+        module.add_arguments(sub)
+        sweep = sub.add_argument_group("sweep")
+        sweep.add_argument("--seeds", type=int, default=1, metavar="N",
+                           help="seeds per grid point: --seed, --seed+1, ... (default: 1)")
+        sweep.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2",
+                           help="config values to try, e.g. sigma=0.2,0.3 or critic-layer-sizes=64:64,"
+                                "128:128 (list values use ':'); repeat for a product")
+        sub.set_defaults(run=run, sweep_agent=module_name)
+
+
+def _parse_grid(entries: Sequence[str], module) -> List[Tuple[str, List[str]]]:
+    grid = []
+    for entry in entries:
+        field, sep, values = entry.partition("=")
+        field = field.strip().lstrip("-").replace("-", "_")
+        if not sep or not values.strip():
+            raise common.UsageError(f"--grid {entry!r}: use FIELD=V1,V2 (e.g. --grid sigma=0.2,0.3)")
+        if field not in module.CONFIG_FLAGS:
+            known = ", ".join(sorted(module.CONFIG_FLAGS))
+            raise common.UsageError(f"--grid {entry!r}: {field} is not a {module.NAME} config flag; "
+                                    f"use one of: {known}")
+        if any(f == field for f, _ in grid):
+            raise common.UsageError(f"--grid names {field} twice; give all its values in one --grid")
+        grid.append((field, [v.strip().replace(":", ",") for v in values.split(",") if v.strip()]))
+    return grid
+
+
+def _typed(module, field: str, text: str) -> Any:
+    """``text`` as the agent's own ``--field`` flag would parse it."""
+    default = next(f.default for f in dataclasses.fields(module.CONFIG_CLASS) if f.name == field)
+    if isinstance(default, bool):
+        if text.lower() not in ("true", "false"):
+            raise common.UsageError(f"--grid {field}={text}: use true or false")
+        return text.lower() == "true"
+    parser = common.Parser(prog=f"rlplat sweep {module.NAME} --grid {field}")
+    common.add_config_flags(parser, module.CONFIG_CLASS, {field: ""})
+    return getattr(parser.parse_args(["--" + field.replace("_", "-"), text]), field)
+
+
+def _trial_name(overrides: Dict[str, str], seed: int) -> str:
+    parts = [f"{k}={v}" for k, v in overrides.items()]
+    return re.sub(r"[^A-Za-z0-9=.,_-]", "_", ",".join(parts + [f"seed{seed}"]))
+
+
+def run(args: argparse.Namespace) -> int:
+    module = importlib.import_module(args.sweep_agent)
+    if args.seeds < 1:
+        raise common.UsageError(f"--seeds must be >= 1 (got {args.seeds})")
+    if args.resume:
+        raise common.UsageError("rlplat sweep does not resume; resume a trial with "
+                                "`rlplat train <agent> --resume --logdir <sweep dir>/<trial>`")
+    grid = _parse_grid(args.grid, module)
+    sweep_dir = os.path.abspath(args.logdir or os.path.join(
+        "runs", f"sweep-{module.NAME}-{datetime.datetime.now():%Y%m%d-%H%M%S}"))
+    if os.path.exists(sweep_dir) and os.listdir(sweep_dir):
+        raise common.UsageError(f"--logdir {sweep_dir} is not empty; name a new sweep directory")
+    learner_cpus = args.learner_cpus if args.learner_cpus is not None else DEFAULT_LEARNER_CPUS
+    actor_cpus = args.actor_cpus if args.actor_cpus is not None else DEFAULT_ACTOR_CPUS
+    trial_cpus = learner_cpus * args.num_learner_workers + actor_cpus * args.num_actors
+    # Every trial's flags, checked as `rlplat train` checks them, before Ray starts.
+    prepared = []
+    for values in itertools.product(*[vs for _, vs in grid]) if grid else [()]:
+        overrides = dict(zip([f for f, _ in grid], values))
+        for seed in range(args.seed, args.seed + args.seeds):
+            trial = copy.copy(args)
+            for field, text in overrides.items():
+                setattr(trial, field, _typed(module, field, text))
+            trial.seed = seed
+            trial.learner_cpus, trial.actor_cpus = learner_cpus, actor_cpus
+            trial.logdir = os.path.join(sweep_dir, _trial_name(overrides, seed))
+            logdir, make_builder = module.prepare(trial)
+            prepared.append((trial, logdir, make_builder, overrides))
+    return _run(args, module, sweep_dir, prepared, trial_cpus)
+
+
+def _run(args, module, sweep_dir: str, prepared, trial_cpus: float) -> int:
+    from rlplat.launch import rl_run  # pylint: disable=g-import-not-at-top
+    from rlplat.utils import tf_setup  # pylint: disable=g-import-not-at-top
+
+    tf_setup.import_tensorflow()
+    import ray  # pylint: disable=g-import-not-at-top
+
+    from rlplat.distributed import cluster  # pylint: disable=g-import-not-at-top
+    from rlplat.distributed import sweep  # pylint: disable=g-import-not-at-top
+    from rlplat.distributed.layout import RayLayoutConfig  # pylint: disable=g-import-not-at-top
+
+    os.makedirs(sweep_dir, exist_ok=True)
+    try:
+        connection = cluster.connect(args.address, allow_unauthenticated=args.allow_unauthenticated_ray)
+    except (cluster.ClusterConnectionError, ValueError) as e:
+        raise common.UsageError(str(e)) from None
+    try:
+        total = float(ray.cluster_resources().get("CPU", 0.0))
+        concurrent = int((total + 1e-9) // (trial_cpus + sweep.DRIVER_CPUS))
+        if concurrent < 1:
+            raise common.UsageError(
+                f"a trial needs {trial_cpus:g} CPUs (--learner-cpus x --num-learner-workers + "
+                f"--actor-cpus x --num-actors) but the Ray cluster has {total:g}; lower "
+                "--actor-cpus/--learner-cpus or --num-actors")
+        specs = []
+        for trial, logdir, make_builder, overrides in prepared:
+            try:
+                layout = RayLayoutConfig(**rl_run.layout_kwargs_from_args(trial))
+                builder = make_builder()
+            except ValueError as e:
+                raise common.UsageError(str(e)) from None
+            specs.append(sweep.TrialSpec(
+                name=os.path.basename(logdir), logdir=logdir, seed=trial.seed, builder=builder,
+                env=trial.env, env_kwargs=rl_run.env_kwargs_from_args(trial), num_actors=trial.num_actors,
+                num_learner_replicas=trial.num_learner_replicas, max_actor_steps=trial.max_actor_steps,
+                layout=layout, overrides=overrides))
+        print(f"sweep in {sweep_dir}: {len(specs)} trial(s) of {module.NAME} on {args.env}, "
+              f"{trial_cpus:g} CPUs each, {min(concurrent, len(specs))} at once on {total:g} CPUs",
+              flush=True)
+        results = sweep.run_trials(specs, sweep_dir, concurrent)
+    finally:
+        cluster.disconnect(connection)
+    return _summarise(args, sweep_dir, specs, results)
+
+
+def _summarise(args, sweep_dir: str, specs, results) -> int:
+    from rlplat.launch import plot_command  # pylint: disable=g-import-not-at-top
+    from rlplat.utils import loggers  # pylint: disable=g-import-not-at-top
+
+    errors = {r["name"]: r["error"] for r in results}
+    rows = []
+    for spec in specs:
+        evals = [r for r in loggers.read_jsonl(os.path.join(spec.logdir, loggers.JSONL_NAME), "evaluator")
+                 if "eval_return" in r]
+        target = args.target_eval_return
+        reached = next((r["step"] for r in evals if target is not None and r["eval_return"] >= target), None)
+        last = [r["eval_return"] for r in evals[-3:]]
+        rows.append({"trial": spec.name, "seed": spec.seed,
+                     **{k: str(v) for k, v in spec.overrides.items()},
+                     "env_steps": evals[-1]["step"] if evals else None,
+                     "final_return": round(sum(last) / len(last), 2) if last else None,
+                     "best_return": round(max(r["eval_return"] for r in evals), 2) if evals else None,
+                     "steps_to_target": reached,
+                     "error": (errors.get(spec.name) or "").splitlines()[0][:120] if errors.get(spec.name) else ""})
+    columns = list(rows[0])
+    with open(os.path.join(sweep_dir, "summary.csv"), "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    shown = lambda v: "-" if v is None or v == "" else str(v)  # noqa: E731
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(shown(r[c]) for c in columns) + " |" for r in rows]
+    with open(os.path.join(sweep_dir, "summary.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines), flush=True)
+    done = [s.logdir for s in specs if not errors.get(s.name)]
+    if done:
+        plot_command.run(argparse.Namespace(runs=done, metric="eval_return", x="env_steps",
+                                            output=os.path.join(sweep_dir, "curves.png"),
+                                            csv=os.path.join(sweep_dir, "curves.csv")))
+    failed = [name for name, error in errors.items() if error]
+    if failed:
+        sys.stderr.write(f"rlplat: error: {len(failed)} of {len(specs)} trial(s) failed ({', '.join(failed)}); "
+                         f"see {os.path.join(sweep_dir, 'summary.md')}\n")
+        return common.EXIT_FAILURE
+    print(f"summary: {os.path.join(sweep_dir, 'summary.md')}, curves: {os.path.join(sweep_dir, 'curves.png')}",
+          flush=True)
+    return common.EXIT_OK
