@@ -153,10 +153,11 @@ def _config_classes() -> Dict[str, tuple]:
     """agent -> (config dataclass, nested under "agent" in config.json?); all light imports."""
     from agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top
     from agents.impala.config import IMPALAConfig  # pylint: disable=g-import-not-at-top
+    from agents.gan.config import GANConfig  # pylint: disable=g-import-not-at-top
     from agents.supervised.config import SupervisedConfig  # pylint: disable=g-import-not-at-top
 
     return {"d4pg": (D4PGConfig, True), "impala": (IMPALAConfig, True),
-            "supervised": (SupervisedConfig, False)}
+            "supervised": (SupervisedConfig, False), "gan": (GANConfig, False)}
 
 
 def run_agent(logdir: str, stored: Mapping[str, Any]) -> Optional[str]:

@@ -16,6 +16,7 @@ TRAINERS = (
     "rlplat.launch.train_supervised",
     "rlplat.launch.train_d4pg",
     "rlplat.launch.train_impala",
+    "rlplat.launch.train_gan",
 )
 
 

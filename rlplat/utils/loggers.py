@@ -80,6 +80,14 @@ class MetricsLogger:
                 tf.summary.text(name, markdown, step=int(step))
             self._writer.flush()
 
+    def write_image(self, name: str, image, step: int) -> None:
+        """One uint8 image ``[H, W, C]`` (C = 1 or 3) in TensorBoard's Images tab."""
+        if self._writer is None:
+            return
+        with self._writer.as_default():
+            tf.summary.image(name, np.asarray(image, np.uint8)[None], step=int(step))
+        self._writer.flush()
+
     def write_gif(self, name: str, gif: bytes, step: int) -> None:
         """An animated GIF as a TensorBoard image summary (its Images tab plays it)."""
         if self._writer is None:

@@ -1,0 +1,1 @@
+"""A spectral-norm GAN on the digits: two models and two optimizers in one replicated step."""

@@ -1,0 +1,94 @@
+"""GAN hyperparameters: one frozen, validated dataclass (fields map to ``--flag-name``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Dict, Tuple
+
+from rlplat import config_fields as fields
+
+
+@dataclasses.dataclass(frozen=True)
+class GANConfig:
+    """Validated hyperparameters of the digits GAN. Never mutate; use ``replace``.
+
+    Attributes:
+      global_batch_size: real images (and as many generated ones) per step,
+        summed over all replicas.
+      noise_dim: size of the generator's Gaussian input.
+      generator_sizes, discriminator_sizes: hidden widths of the two MLPs.
+      generator_learning_rate, discriminator_learning_rate: Adam rates
+        (beta_1 0.5, the usual GAN setting).
+      spectral_norm: divide each discriminator layer's kernel by its largest
+        singular value (one power iteration per call), which bounds the
+        discriminator's Lipschitz constant.
+      num_steps: total steps (one discriminator and one generator update each).
+      log_period, sample_period, checkpoint_period: steps between training
+        logs, evaluations with a sample grid in TensorBoard, and checkpoints.
+      steps_per_loop: most steps inside one ``tf.function`` call.
+      max_checkpoints_to_keep: older checkpoints are deleted.
+      seed: fixes the data split and order, the initial weights and the noise.
+      held_out_fraction: digits kept out of training; evaluation compares
+        samples with them.
+    """
+
+    global_batch_size: int = 64
+    noise_dim: int = 16
+    generator_sizes: Tuple[int, ...] = (128, 128)
+    discriminator_sizes: Tuple[int, ...] = (128, 128)
+    generator_learning_rate: float = 2e-4
+    discriminator_learning_rate: float = 2e-4
+    spectral_norm: bool = True
+    num_steps: int = 5000
+    log_period: int = 100
+    sample_period: int = 500
+    checkpoint_period: int = 1000
+    steps_per_loop: int = 100
+    max_checkpoints_to_keep: int = 3
+    seed: int = 0
+    held_out_fraction: float = 0.2
+
+    _POSITIVE_INTS = ("global_batch_size", "noise_dim", "num_steps", "log_period", "sample_period",
+                      "checkpoint_period", "steps_per_loop", "max_checkpoints_to_keep")
+
+    def __post_init__(self) -> None:
+        for name in self._POSITIVE_INTS + ("seed",):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"{name} must be an integer (got {value!r}); "
+                                 f"set {fields.flag(name)} to a whole number")
+            if value < (0 if name == "seed" else 1):
+                raise ValueError(f"{name} must be >= {0 if name == 'seed' else 1} (got {value}); "
+                                 f"set {fields.flag(name)} higher")
+        for name in ("generator_learning_rate", "discriminator_learning_rate", "held_out_fraction"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise ValueError(f"{name} must be a finite number (got {value!r}); "
+                                 f"set {fields.flag(name)} to a number")
+            object.__setattr__(self, name, float(value))
+        for name in ("generator_learning_rate", "discriminator_learning_rate"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0 (got {getattr(self, name)}); "
+                                 f"set {fields.flag(name)} above 0 (e.g. 2e-4)")
+        if not 0.0 < self.held_out_fraction < 1.0:
+            raise ValueError(f"held_out_fraction must be in (0, 1) (got {self.held_out_fraction}); "
+                             "set --held-out-fraction between 0 and 1 (e.g. 0.2)")
+        for name in ("generator_sizes", "discriminator_sizes"):
+            sizes = getattr(self, name)
+            if (isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__")
+                    or not sizes or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes)):
+                raise ValueError(f"{name} must be positive ints (got {sizes!r}); "
+                                 f"set {fields.flag(name)} like 128,128")
+            object.__setattr__(self, name, tuple(sizes))
+
+    def check_replicas(self, num_replicas: int) -> None:
+        """Refuses a batch that does not split evenly over ``num_replicas``."""
+        if self.global_batch_size % num_replicas:
+            lower = max(num_replicas, self.global_batch_size - self.global_batch_size % num_replicas)
+            raise ValueError(f"--global-batch-size {self.global_batch_size} does not split over "
+                             f"{num_replicas} replicas; use a multiple of {num_replicas} such as {lower}")
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The fields as plain JSON-ready values (tuples become lists)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}

@@ -1,0 +1,136 @@
+"""``GANLearner``: one ``step_fn`` updates the discriminator, then the generator, on every replica.
+
+The two updates follow the platform's convention (``rlplat.replication``):
+each replica takes the mean hinge loss over its own images, gradients are
+averaged over replicas with one all-reduce per model, and each optimizer
+applies them with ``skip_gradients_aggregation=True``. The generator's
+noise for a step is drawn for the whole global batch from a stateless seed
+(the config's seed and the step) and each replica takes its own rows, as the
+input pipeline gives each replica its rows of the global batch of digits:
+one replica or several train alike.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterator
+
+import numpy as np
+import tensorflow as tf
+
+from agents.gan import networks
+from agents.gan.config import GANConfig
+from rlplat import replication
+
+
+def hinge_losses(real_scores: tf.Tensor, fake_scores: tf.Tensor, generated_scores: tf.Tensor):
+    """(discriminator loss, generator loss), each a mean over this replica's images.
+
+    Discriminator: mean(relu(1 - D(real))) + mean(relu(1 + D(fake))).
+    Generator: -mean(D(G(z))), with the discriminator's new weights.
+    """
+    d_loss = tf.reduce_mean(tf.nn.relu(1.0 - real_scores)) + tf.reduce_mean(tf.nn.relu(1.0 + fake_scores))
+    return d_loss, -tf.reduce_mean(generated_scores)
+
+
+class GANLearner:
+    """Generator, discriminator, two Adam optimizers and the step counter, under one Replicator."""
+
+    def __init__(self, config: GANConfig, replicator: replication.Replicator):
+        config.check_replicas(replicator.num_replicas)
+        self._config = config
+        self._repl = replicator
+        with replicator.scope():
+            self.generator = networks.make_generator(config.noise_dim, config.generator_sizes, config.seed)
+            self.discriminator = networks.make_discriminator(config.discriminator_sizes, config.spectral_norm,
+                                                             config.seed + 1000)
+            self.generator_optimizer = tf.keras.optimizers.Adam(config.generator_learning_rate, beta_1=0.5)
+            self.discriminator_optimizer = tf.keras.optimizers.Adam(config.discriminator_learning_rate,
+                                                                    beta_1=0.5)
+            # Slots exist before any restore (no deferred restoration).
+            self.generator_optimizer.build(self.generator.trainable_variables)
+            self.discriminator_optimizer.build(self.discriminator.trainable_variables)
+            self.step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="step",
+                                            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+    @property
+    def step(self) -> int:
+        return int(self.step_counter.numpy())
+
+    def checkpointables(self) -> Dict[str, tf.Module]:
+        """Both networks, both optimizers (slots and ``iterations``) and the step."""
+        return {"generator": self.generator, "discriminator": self.discriminator,
+                "generator_optimizer": self.generator_optimizer,
+                "discriminator_optimizer": self.discriminator_optimizer, "step": self.step_counter}
+
+    def _noise(self, per_replica: int) -> tf.Tensor:
+        """This replica's rows of the step's global noise batch."""
+        seed = tf.stack([tf.constant(self._config.seed, tf.int64), self.step_counter.read_value()])
+        noise = tf.random.stateless_normal([self._config.global_batch_size, self._config.noise_dim],
+                                           tf.cast(seed, tf.int64))
+        start = tf.cast(replication.replica_id(), tf.int32) * per_replica
+        return noise[start:start + per_replica]
+
+    def step_fn(self, batch) -> Dict[str, tf.Tensor]:
+        """One discriminator update, then one generator update, on this replica's digits."""
+        real = batch[0] * 2.0 - 1.0  # digits come in [0, 1]; the generator's tanh gives [-1, 1]
+        noise = self._noise(tf.shape(real)[0])
+        d_vars = self.discriminator.trainable_variables
+        with tf.GradientTape() as tape:
+            fake = self.generator(noise, training=True)
+            real_scores = self.discriminator(real, training=True)
+            fake_scores = self.discriminator(fake, training=True)
+            d_loss, _ = hinge_losses(real_scores, fake_scores, fake_scores)
+        d_grads = replication.all_reduce(tape.gradient(d_loss, d_vars), "mean")
+        self.discriminator_optimizer.apply_gradients(zip(d_grads, d_vars), skip_gradients_aggregation=True)
+
+        g_vars = self.generator.trainable_variables
+        with tf.GradientTape() as tape:
+            generated_scores = self.discriminator(self.generator(noise, training=True), training=False)
+            _, g_loss = hinge_losses(real_scores, fake_scores, generated_scores)
+        g_grads = replication.all_reduce(tape.gradient(g_loss, g_vars), "mean")
+        self.generator_optimizer.apply_gradients(zip(g_grads, g_vars), skip_gradients_aggregation=True)
+        self.step_counter.assign_add(1)
+        return {"discriminator_loss": d_loss, "generator_loss": g_loss,
+                "real_score": tf.reduce_mean(real_scores), "fake_score": tf.reduce_mean(fake_scores)}
+
+    def train(self, iterator: Iterator, num_steps: int) -> Dict[str, float]:
+        """``num_steps`` steps in one ``tf.function`` call; the last step's metrics over replicas."""
+        metrics = self._repl.run_steps(self.step_fn, iterator, num_steps)
+        out = {k: float(v) for k, v in metrics.items()}
+        bad = [k for k, v in out.items() if not np.isfinite(v)]
+        if bad:
+            raise FloatingPointError(f"GAN step {self.step}: {', '.join(bad)} is not finite; "
+                                     "lower the learning rates")
+        return out
+
+    def sample(self, num: int, seed: int = 12345) -> np.ndarray:
+        """``num`` generated digits ``[num, 8, 8]`` in [0, 1], from fixed noise (comparable over time)."""
+        noise = tf.random.stateless_normal([num, self._config.noise_dim], [seed, 0])
+        images = self.generator(noise, training=False).numpy()
+        return ((images + 1.0) / 2.0).reshape(num, 8, 8)
+
+
+def mmd(x: np.ndarray, y: np.ndarray, bandwidth: float) -> float:
+    """Squared maximum mean discrepancy with an RBF kernel (biased estimate), in NumPy.
+
+    0 when the two samples come from the same distribution (in the limit);
+    the evaluation's measure of how close generated digits are to held-out ones.
+    """
+    def kernel(a, b):
+        d = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2 * a @ b.T
+        return np.exp(-np.maximum(d, 0.0) / (2 * bandwidth ** 2))
+
+    x, y = x.reshape(len(x), -1).astype(np.float64), y.reshape(len(y), -1).astype(np.float64)
+    return float(kernel(x, x).mean() + kernel(y, y).mean() - 2 * kernel(x, y).mean())
+
+
+def sample_grid(images: np.ndarray, columns: int = 4, scale: int = 4) -> np.ndarray:
+    """``[n, 8, 8]`` images in [0, 1] as one uint8 grid ``[H, W, 1]``, each pixel ``scale`` x ``scale``."""
+    n = len(images)
+    rows = -(-n // columns)
+    grid = np.ones((rows * 9 + 1, columns * 9 + 1), np.float32)  # one-pixel white lines between digits
+    for i, image in enumerate(images):
+        r, c = divmod(i, columns)
+        grid[1 + r * 9:1 + r * 9 + 8, 1 + c * 9:1 + c * 9 + 8] = image
+    grid = np.kron(grid, np.ones((scale, scale), np.float32))
+    return (np.clip(grid, 0.0, 1.0) * 255).astype(np.uint8)[..., None]

@@ -1,0 +1,117 @@
+"""The GAN's outer loop: steps in chunks, logs, sample grids and MMD, checkpoints, resume.
+
+Run directory: ``config.json``/``run_info.json``, ``metrics.jsonl``,
+``tb/learner`` (losses), ``tb/evaluator`` (``mmd`` against held-out digits
+and a ``samples`` image: a grid of digits generated from fixed noise, so
+the grids over steps show the generator improving), ``checkpoints/``.
+The data order and the noise are functions of the seed and the step, so a
+resumed run continues the same streams.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict, Optional
+
+import numpy as np
+import tqdm
+
+from agents.gan import learning
+from agents.gan.config import GANConfig
+from agents.supervised import data
+from rlplat import replication
+from rlplat.utils import checkpointing
+from rlplat.utils import loggers
+from rlplat.utils import run_info
+
+CHECKPOINT_SUBDIR = "checkpoints"
+NUM_EVAL_SAMPLES = 500
+NUM_GRID_SAMPLES = 16
+
+
+def evaluate(learner: learning.GANLearner, held_out: np.ndarray, bandwidth: float) -> Dict[str, float]:
+    """MMD between ``NUM_EVAL_SAMPLES`` generated digits and the held-out ones (lower is better)."""
+    samples = learner.sample(NUM_EVAL_SAMPLES)
+    return {"mmd": learning.mmd(samples, held_out, bandwidth)}
+
+
+def _bandwidth(x: np.ndarray) -> float:
+    """The median pairwise distance of the held-out digits: the RBF scale of the MMD."""
+    flat = x.reshape(len(x), -1)
+    d = np.sqrt(np.maximum((flat ** 2).sum(1)[:, None] + (flat ** 2).sum(1)[None] - 2 * flat @ flat.T, 0))
+    return float(np.median(d[np.triu_indices(len(flat), 1)]))
+
+
+def train(config: GANConfig, num_replicas: Optional[int], logdir: str, resume: bool = False,
+          progress: Optional[bool] = None, debug_eager: bool = False) -> Dict[str, Any]:
+    """Trains (or resumes) up to ``config.num_steps``; returns ``{"step", "mmd", "initial_mmd", ...}``."""
+    started = time.time()
+    repl = replication.make_replicator(num_replicas=num_replicas, eager=debug_eager)
+    learner = learning.GANLearner(config, repl)
+    checkpointer = checkpointing.Checkpointer(
+        os.path.join(logdir, CHECKPOINT_SUBDIR), is_chief=repl.is_chief,
+        max_to_keep=config.max_checkpoints_to_keep, **learner.checkpointables())
+    start_step = checkpointer.restore_latest() if resume else 0
+    if repl.is_chief:
+        run_info.write_run_info(logdir, config.to_dict(), extra={
+            "num_replicas": repl.num_replicas, "resumed_from_step": start_step if resume else None})
+    _, held_out = data.load_splits(config.seed, config.held_out_fraction)
+    held_out_x = held_out.x.reshape(-1, 8, 8)
+    bandwidth = _bandwidth(held_out_x)
+
+    def make_logger(role: str) -> loggers.MetricsLogger:
+        return loggers.make_logger(logdir, role, purge_after_step=start_step if resume else None,
+                                   tensorboard=repl.is_chief, jsonl=repl.is_chief)
+
+    learner_log, eval_log = make_logger("learner"), make_logger("evaluator")
+    learner_log.write_text("config", loggers.config_markdown(
+        {**config.to_dict(), "num_replicas": repl.num_replicas}), step=start_step)
+
+    def log_samples(step: int) -> Dict[str, float]:
+        result = evaluate(learner, held_out_x, bandwidth)
+        eval_log.write(step, result)
+        eval_log.write_image("samples", learning.sample_grid(learner.sample(NUM_GRID_SAMPLES)), step)
+        return result
+
+    initial = log_samples(start_step) if not resume else None
+    bar = tqdm.tqdm(total=config.num_steps, initial=start_step, unit="step", dynamic_ncols=True,
+                    disable=None if progress is None else not progress, desc="gan")
+    result = initial or {}
+    saved_step = start_step if resume else None
+    try:
+        batches = repl.distribute(data.make_input_fn(config.global_batch_size, config.seed,
+                                                     start_step=start_step,
+                                                     held_out_fraction=config.held_out_fraction))
+        step = start_step
+        while step < config.num_steps:
+            chunk = min(config.steps_per_loop, config.num_steps - step,
+                        *(p - step % p for p in (config.log_period, config.sample_period,
+                                                 config.checkpoint_period)))
+            t0 = time.perf_counter()
+            metrics = learner.train(batches, chunk)
+            seconds = time.perf_counter() - t0
+            step = learner.step
+            bar.update(chunk)
+            last = step >= config.num_steps
+            if step % config.log_period == 0 or last:
+                learner_log.write(step, {**metrics, "steps_per_second": chunk / seconds})
+            if step % config.sample_period == 0 or last:
+                result = log_samples(step)
+                tqdm.tqdm.write(f"step {step}: MMD to held-out digits {result['mmd']:.4f}")
+            if step % config.checkpoint_period == 0 or last:
+                checkpointer.save(step)
+                saved_step = step
+        if not result:
+            result = evaluate(learner, held_out_x, bandwidth)
+    except KeyboardInterrupt:
+        if learner.step != saved_step:
+            checkpointer.save(learner.step)
+        raise
+    finally:
+        bar.close()
+        learner_log.close()
+        eval_log.close()
+    return {"step": learner.step, "mmd": result["mmd"],
+            "initial_mmd": initial["mmd"] if initial else None,
+            "seconds": time.time() - started, "logdir": logdir}

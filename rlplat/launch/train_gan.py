@@ -1,0 +1,78 @@
+"""``rlplat train gan``: a spectral-norm GAN on the digits, two models in one replicated step."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from agents.gan.config import GANConfig  # light: no TensorFlow
+from rlplat.launch import common
+from rlplat.launch import preflight
+
+NAME = "gan"
+HELP = "train a spectral-norm GAN on the digits on N replicas (sample grids in TensorBoard)"
+AGENT = "gan"
+CONFIG_FLAGS = {
+    "num_steps": "total steps (one discriminator and one generator update each)",
+    "global_batch_size": "real images per step over all replicas",
+    "noise_dim": "size of the generator's noise input",
+    "generator_sizes": "generator MLP widths, comma-separated",
+    "discriminator_sizes": "discriminator MLP widths, comma-separated",
+    "generator_learning_rate": "Adam learning rate of the generator",
+    "discriminator_learning_rate": "Adam learning rate of the discriminator",
+    "spectral_norm": "spectral normalisation of the discriminator's layers",
+    "seed": "fixes the data, the initial weights and the noise",
+    "log_period": "steps between training-metric log lines",
+    "sample_period": "steps between MMD evaluations and sample grids in TensorBoard",
+    "checkpoint_period": "steps between checkpoints",
+}
+# Config fields that decide the checkpoint's variables: `--resume` may not change them.
+SHAPE_FIELDS = ("noise_dim", "generator_sizes", "discriminator_sizes", "spectral_norm")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    common.add_run_flags(parser, AGENT)
+    common.add_config_flags(parser, GANConfig, CONFIG_FLAGS)
+    parser.add_argument("--debug-eager", action="store_true",
+                        help="run each step eagerly on one device through the same step function, "
+                             "so a breakpoint() in it stops in this terminal; slow, for development")
+
+
+def run(args: argparse.Namespace) -> int:
+    logdir = common.check_run_flags(args, AGENT)
+    config = common.config_from_args(GANConfig, args, CONFIG_FLAGS)
+    if args.debug_eager and (args.num_replicas or 1) > 1:
+        raise common.UsageError("--debug-eager runs on one device: drop --num-replicas")
+    if args.num_replicas is not None:
+        try:
+            config.check_replicas(args.num_replicas)
+        except ValueError as e:
+            raise common.UsageError(str(e)) from None
+    preflight.check_logdir(logdir, args.resume)
+    if args.resume:
+        preflight.check_resume(logdir, AGENT, config.to_dict(), SHAPE_FIELDS)
+    created = [] if args.resume else preflight.make_logdir(logdir)
+    try:
+        return _train(args, config, logdir)
+    finally:
+        preflight.remove_if_empty(created)
+
+
+def _train(args: argparse.Namespace, config: GANConfig, logdir: str) -> int:
+    common.setup_tensorflow(args.num_replicas)
+    from agents.gan import train  # pylint: disable=g-import-not-at-top  (imports TF)
+    from rlplat.replication import ReplicationError  # pylint: disable=g-import-not-at-top
+
+    print(f"{'resuming' if args.resume else 'run'} in {logdir}", flush=True)
+    try:
+        summary = train.train(config, args.num_replicas, logdir, resume=args.resume, progress=args.progress,
+                              debug_eager=args.debug_eager)
+    except ReplicationError as e:
+        raise common.UsageError(str(e)) from None
+    except FloatingPointError as e:
+        sys.stderr.write(f"rlplat: error: {e}; logs and checkpoints in {logdir}\n")
+        return common.EXIT_FAILURE
+    start = "" if summary["initial_mmd"] is None else f"{summary['initial_mmd']:.4f} -> "
+    print(f"done: step {summary['step']}, MMD to held-out digits {start}{summary['mmd']:.4f}, "
+          f"{summary['seconds']:.1f} s; sample grids: tensorboard --logdir {logdir}/tb", flush=True)
+    return common.EXIT_OK
