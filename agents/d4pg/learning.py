@@ -33,7 +33,6 @@ hung helper thread is a daemon and is abandoned: the learner is finished).
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
@@ -47,6 +46,7 @@ from rlplat import replication
 from rlplat.replay import datasets as replay_datasets
 from rlplat.utils import nonfinite
 from rlplat.utils.optimizers import FusedAdam, apply_gradients_cross_replica
+from rlplat.utils import variable_export
 from rlplat.utils import watchdog
 
 # What the NaN guard watches (in this order) and what to change for each.
@@ -143,8 +143,8 @@ class D4PGLearner(core.Learner):
         self._grads_fn = tf.function(self._losses_and_grads, jit_compile=jit_compile)
         self._step = self._step_fn  # One bound-method object: the Replicator caches per step_fn.
         self._copy_fn = tf.function(self._copy_targets)
-        self._export_lock = threading.Lock()
-        self._export: Tuple[int, Optional[list]] = (-1, None)
+        self._steps = variable_export.StepMirror(self.step_counter)
+        self._export = variable_export.VariableExport(self.policy.variables)
         self._runner = watchdog.CallRunner()
 
     # ------------------------------------------------------------------- step
@@ -229,8 +229,13 @@ class D4PGLearner(core.Learner):
         if start % period == 0 and start > 0:
             self._copy_fn()  # Hard update before the step at a multiple of the period.
         n = min(self._steps_per_call, period - start % period)
-        metrics = self._run(n)
-        self._guard.raise_if_tripped("D4PG", _FIXES)
+        try:
+            metrics = self._run(n)
+            self._guard.raise_if_tripped("D4PG", _FIXES)
+        except BaseException:
+            self._steps.invalidate()  # some of the n steps may have been skipped
+            raise
+        self._steps.set(start + n)
         out = {k: float(v) for k, v in metrics.items()}
         out["learner_steps"] = float(start + n)
         return out
@@ -244,7 +249,7 @@ class D4PGLearner(core.Learner):
     @property
     def num_steps(self) -> int:
         """Learner steps taken so far (restored with a checkpoint)."""
-        return int(self.step_counter.numpy())
+        return self._steps.value
 
     def get_variables(self, names: Sequence[str]) -> Tuple[int, Dict[str, list]]:
         """(learner step, {"policy": [arrays in ``policy.variables`` order]}).
@@ -256,10 +261,7 @@ class D4PGLearner(core.Learner):
         if unknown:
             raise ValueError(f"D4PGLearner serves only 'policy' variables (asked for {unknown})")
         version = self.num_steps
-        with self._export_lock:
-            if self._export[0] != version:
-                self._export = (version, [np.array(v.numpy()) for v in self.policy.variables])
-            arrays = self._export[1]
+        arrays = self._export.get(version)
         return version, {name: arrays for name in names}
 
     def checkpointables(self) -> Dict[str, Any]:

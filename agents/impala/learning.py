@@ -29,7 +29,6 @@ naming that step and the loss.
 
 from __future__ import annotations
 
-import threading
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 import numpy as np
@@ -37,6 +36,7 @@ import tensorflow as tf
 
 from rlplat.utils import nonfinite
 from rlplat.utils.optimizers import FusedAdam, apply_gradients_cross_replica
+from rlplat.utils import variable_export
 from rlplat.utils import watchdog
 from agents.impala import losses
 from agents.impala import networks
@@ -102,8 +102,8 @@ class IMPALALearner(core.Learner):
             self._guard = nonfinite.NonFiniteGuard(_GUARDED)
         self._acting_variables = networks.acting_variables(self.network)
         self._step = self._step_fn  # One bound-method object: the Replicator caches per step_fn.
-        self._export_lock = threading.Lock()
-        self._export: Tuple[int, Optional[list]] = (-1, None)
+        self._steps = variable_export.StepMirror(self.step_counter)
+        self._export = variable_export.VariableExport(self._acting_variables)
         self._runner = watchdog.CallRunner()
 
     # ------------------------------------------------------------------- loss
@@ -246,8 +246,14 @@ class IMPALALearner(core.Learner):
             step; it and the rest of the call were skipped (weights unchanged).
           ReplayTimeoutError: replay ran dry past the timeout, or the server died.
         """
-        metrics = self._run(self._steps_per_call)
-        self._guard.raise_if_tripped("IMPALA", _FIXES)
+        start = self.num_steps
+        try:
+            metrics = self._run(self._steps_per_call)
+            self._guard.raise_if_tripped("IMPALA", _FIXES)
+        except BaseException:
+            self._steps.invalidate()  # some of the steps may have been skipped
+            raise
+        self._steps.set(start + self._steps_per_call)
         out = {k: float(v) for k, v in metrics.items()}
         out["learner_steps"] = float(self.num_steps)
         out["dropped_unrolls_total"] = float(self.dropped_counter.numpy())
@@ -262,7 +268,7 @@ class IMPALALearner(core.Learner):
     @property
     def num_steps(self) -> int:
         """Learner steps taken so far (restored with a checkpoint)."""
-        return int(self.step_counter.numpy())
+        return self._steps.value
 
     @property
     def num_dropped(self) -> int:
@@ -278,10 +284,7 @@ class IMPALALearner(core.Learner):
         if unknown:
             raise ValueError(f"IMPALALearner serves only 'policy' variables (asked for {unknown})")
         version = self.num_steps
-        with self._export_lock:
-            if self._export[0] != version:
-                self._export = (version, [np.array(v.numpy()) for v in self._acting_variables])
-            arrays = self._export[1]
+        arrays = self._export.get(version)
         return version, {name: arrays for name in names}
 
     def checkpointables(self) -> Dict[str, Any]:
