@@ -409,8 +409,10 @@ class LearnerWorker:
         Stops early (between steps) after ``request_stop``. The builder's
         learner may take several steps per ``step()`` call, so the count can
         overshoot by less than one call. Returned keys: the learner's metrics
-        plus ``learner_steps``, ``steps`` (taken in this call), ``seconds`` and
-        ``steps_per_second``; the call that takes this worker's first step adds
+        plus ``learner_steps``, ``steps`` (taken in this call), ``seconds``,
+        ``steps_per_second`` and ``learner_input_wait_fraction`` (of
+        ``seconds`` spent waiting for batches: the learner's bottleneck
+        timing); the call that takes this worker's first step adds
         ``replay_inserts_before_first_step`` (inserts since the worker was built:
         at least the warm-up on an empty replay, about none on a restored one).
         """
@@ -419,9 +421,11 @@ class LearnerWorker:
             start_steps = self._learner.num_steps
             start = time.perf_counter()
             metrics: Dict[str, Any] = {}
+            input_wait = 0.0
             while not self._stop.is_set() and self._learner.num_steps - start_steps < num_steps:
                 with self._step_lock:
                     metrics = self._learner.step()
+                input_wait += float(metrics.get("input_wait_s", 0.0))
                 first = self._first_step_inserts is None and self._inserts_at_start is not None
                 if first:
                     now = self._replay_inserts()
@@ -432,7 +436,10 @@ class LearnerWorker:
                    if isinstance(v, (int, float)) and not isinstance(v, bool)}
             out.update({"learner_steps": self._learner.num_steps, "steps": steps,
                         "seconds": seconds, "steps_per_second": steps / max(seconds, 1e-9),
-                        "tf_traces": _trace_count()})
+                        "tf_traces": _trace_count(),
+                        # Starved (near 1: actors or replay set the pace) or compute-bound (near 0).
+                        "learner_input_wait_fraction": min(1.0, input_wait / max(seconds, 1e-9))})
+            out.pop("input_wait_s", None)
             if first_call and self._first_step_inserts is not None:
                 out["replay_inserts_before_first_step"] = self._first_step_inserts
             return out

@@ -152,16 +152,23 @@ class Replicator:
         """Runs `num_steps` steps on batches from `iterator` in one `tf.function` call.
 
         Saves the Python dispatch cost of a call per step (the orbit
-        'steps_per_loop' idea). Returns the outputs of the last step.
+        'steps_per_loop' idea). Returns the outputs of the last step; when
+        they are a dict, ``input_wait_s`` is added: the seconds of this call
+        spent waiting for ``next(iterator)`` (e.g. on replay's rate limiter),
+        against which the call's wall time shows whether the learner is
+        starved of data or bound by its own compute.
         """
         if num_steps < 1:
             raise ValueError(f"num_steps must be >= 1 (got {num_steps})")
         if self._eager:
             replicated = self._make_replicated(step_fn, reduce)
             with _functions_run_eagerly():
+                wait = 0.0
                 for _ in range(int(num_steps)):
-                    outputs = replicated(next(iterator))
-            return outputs
+                    batch, waited = _timed_next(iterator)
+                    wait += waited
+                    outputs = replicated(batch)
+            return _with_wait(outputs, wait)
         key = ("steps", step_fn, reduce)
         compiled = self._compiled.get(key)
         if compiled is None:
@@ -170,10 +177,13 @@ class Replicator:
             @tf.function
             def loop(it, n):
                 _TRACES["count"] += 1  # Python runs here only while tracing
-                outputs = replicated(next(it))
+                batch, wait = _timed_next(it)
+                outputs = replicated(batch)
                 for _ in tf.range(n - 1):
-                    outputs = replicated(next(it))
-                return outputs
+                    batch, waited = _timed_next(it)
+                    wait += waited
+                    outputs = replicated(batch)
+                return _with_wait(outputs, wait)
 
             compiled = loop
             self._compiled[key] = compiled
@@ -226,6 +236,22 @@ class Replicator:
         returns per-replica MEAN losses needs no explicit all-reduce.
         """
         return wrap_optimizer(optimizer)
+
+
+def _timed_next(iterator):
+    """``next(iterator)`` and the seconds it took (ordered by control dependencies in a graph)."""
+    start = tf.timestamp()
+    with tf.control_dependencies([start]):
+        batch = next(iterator)
+    with tf.control_dependencies([t for t in tf.nest.flatten(batch, expand_composites=True)
+                                  if isinstance(t, tf.Tensor)]):
+        return batch, tf.timestamp() - start
+
+
+def _with_wait(outputs, wait):
+    if isinstance(outputs, dict) and "input_wait_s" not in outputs:
+        return {**outputs, "input_wait_s": wait}
+    return outputs
 
 
 @contextlib.contextmanager

@@ -148,6 +148,7 @@ def read_status(logdir: str, now: Optional[float] = None) -> Dict[str, Any]:
         "samples_per_insert": last_learner.get("samples_per_insert"),
         "samples_per_insert_target": config.get("agent", {}).get("samples_per_insert"),
         "policy_lag": last_learner.get("policy_lag"),
+        "learner_input_wait_fraction": last_learner.get("learner_input_wait_fraction"),
         "actor_restarts": last_learner.get("actor_restarts"),
         "last_eval": ({"return": evals[-1]["eval_return"], "actor_steps": evals[-1].get("step"),
                        "learner_steps": evals[-1].get("learner_steps"),
@@ -204,6 +205,10 @@ def format_status(status: Dict[str, Any]) -> List[str]:
     lines.append(f"replay   {_num(status['replay_size'])} items, samples per insert {spi}; "
                  f"policy lag {_num(status['policy_lag'], ',.0f')} learner steps; "
                  f"actor restarts {_num(status['actor_restarts'])}")
+    wait = status.get("learner_input_wait_fraction")
+    if wait is not None:
+        side = "actors/replay set the pace" if wait > 0.5 else "its own compute sets the pace"
+        lines.append(f"learner  waits for batches {100 * wait:.0f}% of its time ({side})")
     last = status.get("last_eval")
     if last:
         target = status.get("target_eval_return")
