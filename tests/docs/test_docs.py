@@ -142,3 +142,23 @@ def test_architecture_diagram_names_real_code_and_was_redrawn_from_its_source():
         "docs/architecture.png is stale: run python docs/architecture.py")
     with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
         assert "](docs/architecture.png)" in f.read()
+
+
+def test_cli_reference_lists_every_command_and_flag_as_the_parser_does_now():
+    docs = os.path.join(REPO, "docs")
+    sys.path.insert(0, docs)
+    try:
+        import cli_reference  # pylint: disable=g-import-not-at-top
+    finally:
+        sys.path.remove(docs)
+    text = cli_reference.render()
+    with open(cli_reference.PAGE, encoding="utf-8") as f:
+        assert f.read() == text, "docs/cli.md is stale: run python docs/cli_reference.py"
+    for path, flags in _commands().items():
+        if any(other.startswith(path + " ") for other in _commands()):
+            continue  # a group (`train`, `sweep`): its commands are listed
+        section = text.split(f"## `rlplat {path}`", 1)[1].split("\n## ", 1)[0]
+        missing = sorted(f for f in flags if f not in section)
+        assert not missing, f"rlplat {path}: flags missing from docs/cli.md: {missing}"
+    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
+        assert "](docs/cli.md)" in f.read()
