@@ -173,6 +173,7 @@ def _status_on(head, *extra, env):
 
 
 def test_status_address_shows_a_run_live_and_after_it_ended(token_head, tmp_path):
+    """Seen live, then stopped by SIGINT once seen (so no machine is too fast for it), then ended."""
     from rlplat.utils import run_status  # pylint: disable=g-import-not-at-top
 
     env = dict(os.environ, PYTHONUNBUFFERED="1", RAY_AUTH_MODE="token",
@@ -182,21 +183,22 @@ def test_status_address_shows_a_run_live_and_after_it_ended(token_head, tmp_path
     logdir = str(tmp_path / "run")
     command = [RLPLAT] if os.path.exists(RLPLAT) else [sys.executable, "-m", "rlplat.launch.cli"]
     out_path = tmp_path / "train.out"
-    with open(out_path, "w") as out:
-        proc = subprocess.Popen([*command, *_RUN, "--address", token_head.address, "--logdir", logdir,
-                                 "--max-actor-steps", "4000"], cwd=REPO, env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+    with open(out_path, "w") as out:  # no --max-actor-steps: it runs until the SIGINT below
+        proc = subprocess.Popen([*command, *_RUN, "--address", token_head.address, "--logdir", logdir],
+                                cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     try:
         live = None
         deadline = time.monotonic() + _CONNECT_BOUND_S
-        while live is None and proc.poll() is None:
+        while live is None:
+            assert proc.poll() is None, out_path.read_text()
             assert time.monotonic() < deadline, out_path.read_text()
-            result, statuses = _status_on(token_head, env=env)
+            _, statuses = _status_on(token_head, env=env)
             live = next((s for s in statuses if s["logdir"] == logdir and s["run"]["state"] == "live"
                          and (s["actor_steps"] or 0) > 0), None)
             time.sleep(1.0)
-        assert live is not None, f"never seen live; the run ended first:\n{out_path.read_text()}"
-        assert proc.wait(timeout=300) == 0, out_path.read_text()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=120) == 130, out_path.read_text()
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -205,9 +207,9 @@ def test_status_address_shows_a_run_live_and_after_it_ended(token_head, tmp_path
     assert result.returncode == 0, result.stderr
     [ended] = statuses
     local = run_status.read_status(logdir)
-    assert ended["run"]["state"] == "ended" and ended["stop_reason"] == "max_actor_steps"
-    assert ended["actor_steps"] == local["actor_steps"] >= 4000
-    assert ended["learner_steps"] == local["learner_steps"] > live["learner_steps"]
+    assert ended["run"]["state"] == "ended"
+    assert ended["actor_steps"] == local["actor_steps"] >= live["actor_steps"] > 0
+    assert ended["learner_steps"] == local["learner_steps"]
     assert ended["checkpoint"]["learner_step"] == local["checkpoint"]["learner_step"]
     # A run the cluster never saw: one line naming the fix.
     result, _ = _status_on(token_head, "--logdir", str(tmp_path / "other"), env=env)

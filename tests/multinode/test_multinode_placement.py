@@ -200,8 +200,44 @@ def test_driver_reported_each_learner_worker(trained_group):
     assert f"placement: learner worker 1 on {HEAD}" in trained_group["stdout"]
 
 
-def test_down_leaves_nothing(cluster, trained, trained_group):
-    del trained, trained_group  # runs last: the cluster is needed until the queries are done
+@pytest.fixture(scope="module")
+def swept(cluster, trained_group, tmp_path_factory):
+    """`rlplat sweep` on the cluster: two trials, each with its own learner (head) and actor (a worker)."""
+    del trained_group  # after the group run: the cluster holds one run at a time until here
+    sweep_dir = str(tmp_path_factory.mktemp("multinode") / "sweep")
+    command = ["rlplat", "sweep", "d4pg", "--address", f"{HEAD}:6391", "--env", "cartpole:swingup",
+               "--num-actors", "1", "--max-actor-steps", "1200", "--seed", "3", "--grid", "sigma=0.2,0.4",
+               "--policy-layer-sizes", "32,32", "--critic-layer-sizes", "32,32", "--global-batch-size", "32",
+               "--min-replay-size", "200", "--samples-per-insert", "4", "--max-replay-size", "10000",
+               "--eval-every-steps", "600", "--eval-episodes", "1", "--actor-cpus", "0.5",
+               "--learner-cpus", "0.5", "--logdir", sweep_dir]
+    run = _script("exec", cluster, "head", "--", *command, timeout=500)
+    assert run.returncode == 0, f"sweep failed (exit {run.returncode}):\n{run.stdout[-3000:]}\n{run.stderr[-3000:]}"
+    return sweep_dir, run.stdout
+
+
+def test_sweep_trials_ran_concurrently_on_the_cluster_each_with_its_own_workers(swept):
+    sweep_dir, stdout = swept
+    assert "2 trial(s)" in stdout and "summary:" in stdout
+    spans, pids = [], []
+    for name in ("sigma=0.2,seed3", "sigma=0.4,seed3"):
+        with open(os.path.join(sweep_dir, name, "run_info.json"), encoding="utf-8") as f:
+            placement = json.load(f)["node_placement"]
+        assert placement["learner"]["node_ip"] == HEAD
+        assert placement["actor 0"]["node_ip"] in (W1, W2)
+        pids.append({(p["node_ip"], p["pid"]) for p in placement.values()})
+        times = []
+        with open(os.path.join(sweep_dir, name, "metrics.jsonl"), encoding="utf-8") as f:
+            for line in f:
+                times.append(json.loads(line)["wall_time"])
+        spans.append((min(times), max(times)))
+    assert not pids[0] & pids[1]
+    (a0, a1), (b0, b1) = spans
+    assert a0 < b1 and b0 < a1, "the trials did not run at the same time"
+
+
+def test_down_leaves_nothing(cluster, trained, trained_group, swept):
+    del trained, trained_group, swept  # runs last: the cluster is needed until the queries are done
     down = _script("down", cluster, timeout=90)
     assert down.returncode == 0, down.stderr
     assert "no processes left" in down.stdout

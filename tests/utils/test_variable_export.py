@@ -61,5 +61,5 @@ def test_pulls_leave_nothing_behind_where_eager_reads_did():
     # A new version: one compiled read (TF keeps about one object per output).
     per_version = _objects_left(lambda i: export.get(mirror.value + 1 + i), 300)
     assert eager >= 2 * len(variables), eager  # the effect this guards against is still there
-    assert same_version < 0.01, same_version
+    assert same_version < 0.05, same_version  # a few objects in all (caches, GC timing), none per pull
     assert per_version <= len(variables) + 2, per_version
