@@ -53,6 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         sub = subs.add_parser(module.NAME, help=f"sweep {module.NAME}",
                               description=f"Seeds and a grid of {module.NAME} config values on Ray Tune.")
         module.add_arguments(sub)
+        for action in sub._actions:  # pylint: disable=protected-access  (the shared flags' sweep meaning)
+            if action.dest == "logdir":
+                action.help = (f"sweep directory, one run directory per trial inside (default: "
+                               f"runs/sweep-{module.NAME}-<timestamp>)")
+            elif action.dest == "seed":
+                action.help = "first seed; --seeds N runs seeds SEED .. SEED+N-1 (default: 0)"
         sweep = sub.add_argument_group("sweep")
         sweep.add_argument("--seeds", type=int, default=1, metavar="N",
                            help="seeds per grid point: --seed, --seed+1, ... (default: 1)")
