@@ -26,6 +26,18 @@ _SPAN = re.compile(r"`([^`\n]+)`")
 _INVOCATION = re.compile(r"(?:^|\s|/)rlplat ((?:[a-z][a-z0-9-]*)(?: [a-z][a-z0-9-]*)?)(.*)")
 
 
+def _load(folder, module):
+    """A module of the repository's ``folder`` (bench/, docs/: scripts, not packages)."""
+    import importlib  # pylint: disable=g-import-not-at-top
+
+    path = os.path.join(REPO, folder)
+    sys.path.insert(0, path)
+    try:
+        return importlib.import_module(module)
+    finally:
+        sys.path.remove(path)
+
+
 def _subparsers(parser):
     for action in parser._actions:  # pylint: disable=protected-access
         if action.__class__.__name__ == "_SubParsersAction":
@@ -111,11 +123,7 @@ def test_readme_python_snippets_run(tmp_path):
 
 def test_bench_index_is_generated_from_the_current_results_and_lists_every_bench():
     bench = os.path.join(REPO, "bench")
-    sys.path.insert(0, bench)
-    try:
-        import bench_index  # pylint: disable=g-import-not-at-top
-    finally:
-        sys.path.remove(bench)
+    bench_index = _load("bench", "bench_index")
     with open(bench_index.INDEX, encoding="utf-8") as f:
         assert f.read() == bench_index.render(), "bench/README.md is stale: run python bench/bench_index.py"
     # A bench is a module that writes a result: every one is indexed (helpers are not benches).
@@ -127,12 +135,7 @@ def test_bench_index_is_generated_from_the_current_results_and_lists_every_bench
 def test_architecture_diagram_names_real_code_and_was_redrawn_from_its_source():
     import importlib  # pylint: disable=g-import-not-at-top
 
-    docs = os.path.join(REPO, "docs")
-    sys.path.insert(0, docs)
-    try:
-        import architecture  # pylint: disable=g-import-not-at-top
-    finally:
-        sys.path.remove(docs)
+    architecture = _load("docs", "architecture")
     for name, (_, code, _, _, _) in architecture.BOXES.items():
         module, attribute = code.split(":")
         assert hasattr(importlib.import_module(module), attribute), f"box {name}: no {code}"
@@ -145,12 +148,7 @@ def test_architecture_diagram_names_real_code_and_was_redrawn_from_its_source():
 
 
 def test_cli_reference_lists_every_command_and_flag_as_the_parser_does_now():
-    docs = os.path.join(REPO, "docs")
-    sys.path.insert(0, docs)
-    try:
-        import cli_reference  # pylint: disable=g-import-not-at-top
-    finally:
-        sys.path.remove(docs)
+    cli_reference = _load("docs", "cli_reference")
     text = cli_reference.render()
     with open(cli_reference.PAGE, encoding="utf-8") as f:
         assert f.read() == text, "docs/cli.md is stale: run python docs/cli_reference.py"
