@@ -7,7 +7,6 @@ import sys
 
 from agents.gan.config import GANConfig  # light: no TensorFlow
 from rlplat.launch import common
-from rlplat.launch import preflight
 
 NAME = "gan"
 HELP = "train a spectral-norm GAN on the digits on N replicas (sample grids in TensorBoard)"
@@ -39,23 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    logdir = common.check_run_flags(args, AGENT)
+    from rlplat.launch import train_supervised  # pylint: disable=g-import-not-at-top  (light)
+
     config = common.config_from_args(GANConfig, args, CONFIG_FLAGS)
-    if args.debug_eager and (args.num_replicas or 1) > 1:
-        raise common.UsageError("--debug-eager runs on one device: drop --num-replicas")
-    if args.num_replicas is not None:
-        try:
-            config.check_replicas(args.num_replicas)
-        except ValueError as e:
-            raise common.UsageError(str(e)) from None
-    preflight.check_logdir(logdir, args.resume)
-    if args.resume:
-        preflight.check_resume(logdir, AGENT, config.to_dict(), SHAPE_FIELDS)
-    created = [] if args.resume else preflight.make_logdir(logdir)
-    try:
-        return _train(args, config, logdir)
-    finally:
-        preflight.remove_if_empty(created)
+    return train_supervised.run_in_process(args, AGENT, config, SHAPE_FIELDS, _train)
 
 
 def _train(args: argparse.Namespace, config: GANConfig, logdir: str) -> int:

@@ -40,8 +40,17 @@ def run(args: argparse.Namespace) -> int:
     # Everything that can be a usage error is checked before TensorFlow
     # starts (flags, --logdir, --resume against the run's config.json);
     # devices are configured before any op runs.
-    logdir = common.check_run_flags(args, AGENT)
     config = common.config_from_args(SupervisedConfig, args, CONFIG_FLAGS)
+    return run_in_process(args, AGENT, config, SHAPE_FIELDS, _train)
+
+
+def run_in_process(args: argparse.Namespace, agent: str, config, shape_fields, train) -> int:
+    """The checks and run-directory handling of a workload trained in this process.
+
+    ``train(args, config, logdir)`` runs it once every check passed; shared
+    by ``train supervised`` and ``train gan``.
+    """
+    logdir = common.check_run_flags(args, agent)
     if args.debug_eager and (args.num_replicas or 1) > 1:
         raise common.UsageError("--debug-eager runs on one device: drop --num-replicas")
     if args.num_replicas is not None:
@@ -51,12 +60,12 @@ def run(args: argparse.Namespace) -> int:
             raise common.UsageError(str(e)) from None
     preflight.check_logdir(logdir, args.resume)
     if args.resume:
-        preflight.check_resume(logdir, AGENT, config.to_dict(), SHAPE_FIELDS)
+        preflight.check_resume(logdir, agent, config.to_dict(), shape_fields)
     # Created only now that every check passed (and before TF loads); removed
     # again if the run stops before writing anything into it.
     created = [] if args.resume else preflight.make_logdir(logdir)
     try:
-        return _train(args, config, logdir)
+        return train(args, config, logdir)
     finally:
         preflight.remove_if_empty(created)
 
