@@ -7,7 +7,15 @@ from typing import Any
 import dm_env
 import numpy as np
 
-__all__ = ["EnvironmentWrapper", "check_positive_int"]
+__all__ = ["EnvironmentWrapper", "UnknownEnvironmentError", "check_positive_int"]
+
+
+class UnknownEnvironmentError(ValueError):
+    """Raised for an environment name that is malformed or not registered.
+
+    The message is a single line naming the closest valid names, so it reads
+    well in CLI output and in Ray actor error summaries.
+    """
 
 
 def check_positive_int(value: Any, what: str) -> int:

@@ -29,18 +29,12 @@ import numpy as np
 from dm_env import specs
 
 from envs import wrappers
-from envs.base import check_positive_int
+from envs.base import UnknownEnvironmentError, check_positive_int
 
 PREFIX = "gym:"
 # Namespaces listed by `rlplat envs`: they need nothing beyond numpy. Other
 # registered ids (box2d, mujoco) still build when their extras are installed.
 _LISTED_ENTRY_POINTS = ("gymnasium.envs.classic_control.", "gymnasium.envs.toy_text.")
-
-
-def _error_cls():
-    from envs.suite import UnknownEnvironmentError  # pylint: disable=g-import-not-at-top  (cycle)
-
-    return UnknownEnvironmentError
 
 
 def _registry() -> dict:
@@ -66,7 +60,7 @@ def check_name(name: str) -> str:
         close = difflib.get_close_matches(env_id, list(registry), n=5, cutoff=0.6)
         hint = (f"did you mean: {', '.join(PREFIX + c for c in close)}?" if close
                 else "no close match")
-        raise _error_cls()(f"unknown gymnasium environment {name!r}; {hint} "
+        raise UnknownEnvironmentError(f"unknown gymnasium environment {name!r}; {hint} "
                            "(run 'rlplat envs' to list all)")
     return env_id
 

@@ -14,7 +14,9 @@ import dm_env
 import numpy as np
 from dm_control import suite as dm_suite
 
+from envs import gym_adapter
 from envs import wrappers
+from envs.base import UnknownEnvironmentError
 
 __all__ = ["UnknownEnvironmentError", "list_tasks", "make_environment"]
 
@@ -25,14 +27,6 @@ _log = logging.getLogger(__name__)
 _UNBOUNDED_ACTION = 1e10
 
 _LIST_HINT = "(run 'rlplat envs' to list all)"
-
-
-class UnknownEnvironmentError(ValueError):
-    """Raised for an environment name that is malformed or not in the suite.
-
-    The message is a single line naming the closest valid names, so it reads
-    well in CLI output and in Ray actor error summaries.
-    """
 
 
 def list_tasks() -> list[str]:
@@ -85,8 +79,6 @@ def _parse_name(name: str) -> tuple[str, str]:
 def check_name(name: str) -> None:
     """Validates "domain:task" (or "gym:<id>") without building anything (for CLIs)."""
     if isinstance(name, str) and name.startswith("gym:"):
-        from envs import gym_adapter  # pylint: disable=g-import-not-at-top  (gymnasium: lazy)
-
         gym_adapter.check_name(name)
         return
     _parse_name(name)
@@ -170,8 +162,6 @@ def make_environment(
     instead, through `envs.gym_adapter` (same arguments).
     """
     if isinstance(name, str) and name.startswith("gym:"):
-        from envs import gym_adapter  # pylint: disable=g-import-not-at-top  (gymnasium: lazy)
-
         return gym_adapter.make_gym_environment(
             name, seed=seed, action_repeat=action_repeat, time_limit=time_limit,
             flatten=flatten, canonical_actions=canonical_actions)

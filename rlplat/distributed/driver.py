@@ -32,7 +32,7 @@ from rlplat.distributed.driver_actors import ActorCare
 from rlplat.distributed.driver_loop import ControlLoop
 from rlplat.distributed.driver_startup import WorkerStartup, kill_worker
 from rlplat.distributed.errors import RunFailedError, RunInterrupted
-from rlplat.distributed.layout import RayLayoutConfig
+from rlplat.distributed.layout_config import RayLayoutConfig
 
 # After SIGINT/SIGTERM the learner gets up to _SIGNAL_STOP_TIMEOUT_S to reach
 # a step boundary and the checkpoint what is left of _SIGNAL_BUDGET_S (at

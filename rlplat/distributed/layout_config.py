@@ -1,0 +1,150 @@
+"""The knobs of a Ray run's layout: where roles go, how often they report,
+pull, evaluate and checkpoint, and how faults are handled (not the agent's).
+
+Ray-free, so a command line is checked before any Ray process starts; the
+driver and `layout.run_on_ray` both read it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Mapping, Optional, Tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class RayLayoutConfig:
+    """Knobs of the distributed layout (not of the agent).
+
+    Attributes:
+      actor_chunk_steps: environment steps per ``ActorWorker.run_steps`` call.
+      learner_chunk_steps: learner steps per ``LearnerWorker.train`` call.
+      eval_every_actor_steps: actor steps between evaluations (0: none by count).
+      eval_every_s: seconds between evaluations (None: none by time); an
+        evaluation runs when either is due, and always at the end.
+      eval_episodes: episodes per evaluation.
+      checkpoint_every_s: seconds between periodic checkpoints.
+      console_every_s: seconds between status lines / learner log records.
+      colocate_replay: host Reverb inside the learner process (in-process
+        sampling, no gRPC on the learner's side); None means yes on a local
+        Ray instance and no on a cluster.
+      learner_threads: TF (intra_op, inter_op) threads of the learner; None
+        takes them from the resource plan.
+      actor_max_restarts: restarts of one actor allowed within any
+        ``actor_restart_window_s``; one more is a crash loop and the actor is
+        given up (the run fails when every actor is). 0: never restart.
+      actor_restart_window_s: the window of ``actor_max_restarts``: in a long
+        run, restarts further apart than this never add up.
+      call_timeout_s: bound on control calls (ready, checkpoint, results).
+      startup_timeout_s: bound on the learner coming up (imports, build).
+      learner_stall_timeout_s: a train chunk running longer means a stuck learner.
+      actor_stall_timeout_s: an actor chunk running longer is killed and restarted.
+      stop_timeout_s: bound on the learner reaching a step boundary at the end.
+      target_eval_return: stop (like reaching ``max_actor_steps``) as soon as
+        an evaluation's mean return reaches this; None never stops on return.
+      weights_timeout_s: bound on one weight pull by an actor.
+      prefetch_weights: actors send their next weight pull and act on with
+        the weights they hold until it arrives, instead of waiting for it
+        (``RemoteVariableSource(prefetch=True)``); the weights acted with are
+        then one pull period older. Off by default: on 2 cores, where the
+        learner sets the pace, it did not change env steps/s
+        (``bench/d4pg_pull_rate.py``), and the learning results were
+        measured with the waiting pull.
+      log_to_driver: forward worker stdout/stderr to the console.
+      num_learner_workers: learner PROCESSES (``--num-learner-workers``). 1 is
+        one ``LearnerWorker``. W > 1 starts a ``learner_group.LearnerGroup`` of
+        W workers under MultiWorkerMirroredStrategy; on a cluster they spread
+        over the learner nodes, the chief on the replay server's node, and
+        share a node only when it offers several ``learner`` units (e.g.
+        ``learner=2``; see ``resources.plan_resources``). Each worker
+        samples global_batch_size / W transitions per step from Reverb,
+        weights stay identical, only worker 0 keeps checkpoints. Each worker
+        replicates over all of its GPUs (or its CPU), so W > 1 excludes
+        ``num_learner_replicas`` > 1, and replay runs in its own process.
+      actor_resources: custom Ray resources each actor asks for, e.g.
+        ``{"actor": 1}``; None: ``{"actor": 1}`` when some node offers
+        ``actor``, else none; ``{}``: none (see ``resources.plan_resources``).
+      learner_resources: custom resources of the learner (a separate replay
+        server is pinned to the learner's node); None: ``{"learner": 1}`` when
+        some node offers ``learner``, else none; ``{}``: none.
+      allow_unauthenticated_ray: join a cluster (``address``) even if it does
+        not require Ray token authentication; refused otherwise.
+      actor_cpus: CPUs per actor; None: the resource plan's split.
+      learner_cpus: CPUs per learner worker (each of the W with
+        ``num_learner_workers`` > 1); None: the resource plan's choice.
+      replay_checkpoint: save replay (Reverb's tables: items, and each rate
+        limiter's counts and settings) with every learner checkpoint, into
+        ``<logdir>/replay_checkpoints/ckpt-<step>`` (``replay.checkpoints``), and
+        on resume load the one of the restored step before any actor inserts,
+        so learning goes on without refilling the warm-up. Without it a resumed
+        run starts with an empty replay.
+      video_every_evals: K > 0 renders the first episode of every K-th
+        evaluation (the first one included) and of the final one: an MP4 in
+        ``<logdir>/videos/eval-<actor steps>.mp4`` and an animated GIF in
+        TensorBoard (evaluator, ``eval_video``). Control-suite tasks only
+        (they have a MuJoCo scene); 0: no video.
+      debug_eager: the learner runs each step eagerly on one replica, through
+        the same ``step_fn`` (``replication.make_replicator(eager=True)``),
+        so a ``breakpoint()`` in it stops there: its worker gets
+        ``RAY_DEBUG=legacy``, and ``ray debug`` attaches a terminal to it.
+        Slow; for development only. Needs one learner worker and one replica.
+    """
+
+    actor_chunk_steps: int = 1000
+    learner_chunk_steps: int = 64
+    eval_every_actor_steps: int = 50_000
+    eval_every_s: Optional[float] = None
+    eval_episodes: int = 2
+    checkpoint_every_s: float = 600.0
+    console_every_s: float = 5.0
+    colocate_replay: Optional[bool] = None
+    learner_threads: Optional[Tuple[int, int]] = None
+    actor_max_restarts: int = 5
+    actor_restart_window_s: float = 600.0
+    call_timeout_s: float = 60.0
+    startup_timeout_s: float = 300.0
+    learner_stall_timeout_s: float = 600.0
+    actor_stall_timeout_s: float = 600.0
+    stop_timeout_s: float = 120.0
+    target_eval_return: Optional[float] = None
+    weights_timeout_s: float = 60.0
+    prefetch_weights: bool = False
+    log_to_driver: bool = False
+    num_learner_workers: int = 1
+    actor_resources: Optional[Mapping[str, float]] = None
+    learner_resources: Optional[Mapping[str, float]] = None
+    actor_cpus: Optional[float] = None
+    learner_cpus: Optional[float] = None
+    allow_unauthenticated_ray: bool = False
+    replay_checkpoint: bool = False
+    video_every_evals: int = 0
+    debug_eager: bool = False
+
+    def __post_init__(self):
+        self._check_placement()
+        for name in ("actor_chunk_steps", "learner_chunk_steps", "eval_episodes", "num_learner_workers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
+        for name in ("eval_every_actor_steps", "actor_max_restarts", "video_every_evals"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (got {getattr(self, name)})")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name.endswith("_s") and value is not None and not value > 0:
+                raise ValueError(f"{f.name} must be > 0 (got {getattr(self, f.name)})")
+        if self.num_learner_workers > 1 and self.colocate_replay:
+            raise ValueError(f"--num-learner-workers {self.num_learner_workers} needs replay in its own "
+                             "process: drop colocate_replay=True or use one learner worker")
+
+
+    def _check_placement(self) -> None:
+        from rlplat.distributed import resources  # pylint: disable=g-import-not-at-top  (no Ray)
+
+        for name in ("actor_resources", "learner_resources"):
+            if getattr(self, name) is not None:  # validated, and a plain dict from here on
+                flag = "--" + name.replace("_", "-")
+                object.__setattr__(self, name, resources.check_custom_resources(flag, getattr(self, name)))
+        for name in ("actor_cpus", "learner_cpus"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and 0 < value < math.inf):
+                raise ValueError(f"--{name.replace('_', '-')} must be > 0 (got {value})")
