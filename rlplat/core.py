@@ -62,25 +62,15 @@ class Learner(VariableSource):
     def num_steps(self) -> int:
         """Learner steps taken so far, across restarts."""
 
-
-class Saveable(abc.ABC):
-    """State that checkpoints can save and restore."""
-
     @abc.abstractmethod
-    def save(self) -> Any:
-        """Returns a picklable snapshot of the state."""
+    def checkpointables(self) -> Dict[str, Any]:
+        """The trackable state a checkpoint saves and restores, by name.
 
-    @abc.abstractmethod
-    def restore(self, state: Any) -> None:
-        """Restores a snapshot made by `save`."""
-
-
-class Worker(abc.ABC):
-    """A long-running loop (actor loop, learner loop, evaluator)."""
-
-    @abc.abstractmethod
-    def run(self, num_steps: Optional[int] = None) -> Dict[str, float]:
-        """Runs until done (or `num_steps`); returns final metrics."""
+        Networks, optimizers (slots included) and step counters: everything a
+        resumed run needs to continue as if it had not stopped. The layout
+        passes these to ``tf.train.Checkpoint(**...)``; ``make_policy_network``
+        returns the policy's key(s) of this same mapping.
+        """
 
 
 class AgentBuilder(abc.ABC):

@@ -276,4 +276,3 @@ class D4PGLearner(core.Learner):
                 "critic_optimizer": self.critic_optimizer,
                 "learner_steps": self.step_counter}
 
-    state = checkpointables  # The name used in the design notes.

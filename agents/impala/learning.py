@@ -292,4 +292,3 @@ class IMPALALearner(core.Learner):
         return {"network": self.network, "optimizer": self.optimizer,
                 "learner_steps": self.step_counter, "dropped_unrolls": self.dropped_counter}
 
-    state = checkpointables

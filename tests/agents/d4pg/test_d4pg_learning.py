@@ -140,7 +140,7 @@ def test_checkpoint_restores_counter_optimizer_and_continues_identically(tmp_pat
     a.step()
     path = tf.train.Checkpoint(**a.checkpointables()).save(str(tmp_path / "ckpt"))
     b = _learner(config, batches, steps_per_call=3)
-    tf.train.Checkpoint(**b.state()).restore(path).assert_existing_objects_matched()
+    tf.train.Checkpoint(**b.checkpointables()).restore(path).assert_existing_objects_matched()
     assert b.num_steps == 3
     assert int(b.critic_optimizer.iterations) == int(b.policy_optimizer.iterations) == 3
     # Both iterators are at the same position (3 of 3 batches consumed by a;
