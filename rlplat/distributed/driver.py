@@ -76,6 +76,7 @@ class Driver(WorkerStartup, ControlLoop, ActorCare):
         self.next_status_publish = 0.0  # monotonic time of the next status_board snapshot
         self.status_publish_failed = False
         self.replay_stats: Dict[str, Any] = {}
+        self.replay_probe_misses = 0  # the replay server did not answer, its process was alive
         self.checkpoint_path: Optional[str] = None
         self.stop_event = stop_event
         self.stop_reason: Optional[str] = None  # max_actor_steps, target_eval_return, stop_event

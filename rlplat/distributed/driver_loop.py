@@ -211,7 +211,7 @@ class ControlLoop:
         metrics.update({"learner_steps_per_second": self.learn_rate.rate(),
                         "env_steps_per_second": self.env_rate.rate(),
                         "actor_steps": self.actor_steps, "policy_lag": lag,
-                        "actor_restarts": self.restarts,
+                        "actor_restarts": self.restarts, "replay_probe_misses": self.replay_probe_misses,
                         **{k: v for k, v in self.replay_stats.items()}})
         self.loggers["learner"].write(self.learner_steps, driver_records.finite(metrics))
         self.console.show(progress.format_status(
@@ -276,6 +276,13 @@ class ControlLoop:
             # asked to stop (and for a checkpoint), and a frozen or busy learner
             # is then the stop path's business, with its own budget.
             self._check_signal()
+        # Silence alone is not death: on an overloaded machine the server's
+        # gRPC threads can miss 12 s of probes (a bench run beside the test
+        # suite lost its learner so). Ray knows whether the hosting process is
+        # gone; one that is alive but stuck is the stall timeouts' business.
+        if not self._replay_host_dead():
+            self.replay_probe_misses += 1
+            return
         if self.colocate:
             raise RunFailedError(
                 f"learner failed: its process, which also hosts the replay server at "
@@ -284,6 +291,19 @@ class ControlLoop:
         raise RunFailedError(
             f"replay server died; {self.replay_address} no longer answers, and actors and learner "
             "cannot go on without it (check its node and the worker logs, then continue with --resume)")
+
+    def _replay_host_dead(self) -> bool:
+        """True when Ray reports the process hosting the replay server dead."""
+        host = self.learner if self.colocate else self.replay
+        if host is None:
+            return True
+        try:
+            ray.get(host.__ray_ready__.remote(), timeout=5.0)
+        except ray.exceptions.GetTimeoutError:
+            return False  # alive, or not known dead yet: the next check asks again
+        except ray.exceptions.RayError:
+            return True
+        return False
 
     def _check_stalls(self, now: float) -> None:
         if self.train_ref is not None and now - self.train_submitted > self.cfg.learner_stall_timeout_s:

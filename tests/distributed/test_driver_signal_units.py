@@ -118,12 +118,26 @@ def test_a_signal_during_the_replay_probe_wins_over_the_learner_death_verdict():
         return False
 
     driver._read_replay = read_replay
+    driver._replay_host_dead = lambda: True
     with pytest.raises(RunInterrupted) as info:
         driver._check_replay_alive()
     assert info.value.exit_code == 130 and len(probes) == 1
     driver._signal_handled = True  # during the stop, a dead replay is a verdict again
     with pytest.raises(Exception, match="no longer answers"):
         driver._check_replay_alive()
+
+
+def test_a_replay_server_that_is_slow_to_answer_but_alive_is_not_declared_dead():
+    """Probes missed on an overloaded machine (the host process alive, as Ray
+    says) are counted, and the run goes on; the stall timeouts catch a hang."""
+    driver = _driver()
+    driver.loop_started = time.monotonic()
+    driver.replay_address, driver.colocate = "127.0.0.1:1", True
+    probes = []
+    driver._read_replay = lambda timeout_s=2.0: probes.append(timeout_s) and False
+    driver._replay_host_dead = lambda: False
+    driver._check_replay_alive()
+    assert probes == [5.0, 5.0] and driver.replay_probe_misses == 1
 
 
 def test_keep_signal_handlers_holds_back_sigint_and_sigterm_only():
