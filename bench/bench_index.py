@@ -17,7 +17,7 @@ import ast
 import json
 import os
 import sys
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:  # run as a script, bench/ is on the path already; imported, it may not be

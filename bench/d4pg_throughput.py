@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import subprocess
@@ -155,7 +154,8 @@ def _actor_classes():
             main = time.thread_time() - main0
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
             self._timestep = timestep
-            background = accounting.thread_diff(threads0, accounting.thread_cpu_table(), exclude=threading.get_native_id())
+            background = accounting.thread_diff(threads0, accounting.thread_cpu_table(),
+                                                exclude=threading.get_native_id())
             return {"steps": num_steps, "cpu_s": cpu, "wall_s": wall, "main_thread_cpu_s": main,
                     "background_threads": background}
 
@@ -550,7 +550,8 @@ def main(argv=None):
         "cpus": cpus,
         "placement": plan.describe(),
         "config": builder.config.to_dict(),
-        "builder": {"steps_per_call": builder.steps_per_call, "variable_update_period": builder.config.variable_update_period,
+        "builder": {"steps_per_call": builder.steps_per_call,
+                    "variable_update_period": builder.config.variable_update_period,
                     "jit_compile": builder.jit_compile, "sigma_schedule": builder.sigma_schedule},
         "load_average": {"start": accounting.load_average()},
         "seconds": {},

@@ -590,7 +590,8 @@ def _plot(report, path):
                       label="raw random stepping, same # processes", color="tab:gray")
         ax_a.bar_label(b1, fmt="%.0f", fontsize=8)
         ax_a.bar_label(b2, fmt="%.0f", fontsize=8)
-        ax_a.set_xticks(list(x), [f"{k} process{'es' if k != '1' else ''}\nper CPU-s: {res[k]['frames_per_cpu_s_per_actor']:.0f}"
+        ax_a.set_xticks(list(x), [f"{k} process{'es' if k != '1' else ''}\n"
+                                  f"per CPU-s: {res[k]['frames_per_cpu_s_per_actor']:.0f}"
                                   f" vs {res[k]['raw_frames_per_cpu_s']:.0f}" for k in keys])
         ax_a.set_ylabel("env frames / s")
         ax_a.set_title("Actors vs raw env stepping (median of rounds)", fontsize=10)

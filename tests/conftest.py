@@ -10,7 +10,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("MUJOCO_GL", "osmesa")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import tensorflow as tf  # noqa: E402
+import tensorflow as tf  # noqa: E402,F401  (TF starts here, after the variables above)
 
 from rlplat.replication import configure_cpu_replicas  # noqa: E402
 

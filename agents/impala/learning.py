@@ -31,7 +31,6 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
-import numpy as np
 import tensorflow as tf
 
 from rlplat.utils import nonfinite

@@ -11,7 +11,7 @@ import dataclasses
 import math
 import os
 import uuid
-from typing import Any, Dict, List
+from typing import Any, List
 
 import ray
 

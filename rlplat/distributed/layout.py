@@ -68,7 +68,7 @@ def run_on_ray(builder, env: str, env_kwargs: Optional[Dict[str, Any]] = None, *
                max_actor_steps: Optional[int] = None,
                logdir: Optional[str] = None, seed: int = 0, resume: bool = False,
                address: Optional[str] = None, console: bool = True,
-               layout: RayLayoutConfig = RayLayoutConfig(),
+               layout: Optional[RayLayoutConfig] = None,
                stop_event: Optional[threading.Event] = None) -> Dict[str, Any]:
     """Trains ``builder``'s agent on ``env`` with actors, a learner and replay on Ray.
 
@@ -91,7 +91,7 @@ def run_on_ray(builder, env: str, env_kwargs: Optional[Dict[str, Any]] = None, *
       resume: continue the run in ``logdir`` from its newest checkpoint.
       address: None (local Ray), "auto" or "HOST:PORT" (see ``cluster.connect``).
       console: print the live status line.
-      layout: ``RayLayoutConfig`` knobs.
+      layout: ``RayLayoutConfig`` knobs (None: its defaults).
       stop_event: set it (from any thread) to end the run as if
         ``max_actor_steps`` had been reached: the learner stops at a step
         boundary, then the final checkpoint, the final evaluation and a clean
@@ -111,6 +111,7 @@ def run_on_ray(builder, env: str, env_kwargs: Optional[Dict[str, Any]] = None, *
         raise ValueError(f"--num-actors must be >= 1 (got {num_actors})")
     if num_learner_replicas is not None and num_learner_replicas < 1:
         raise ValueError(f"--num-learner-replicas must be >= 1 (got {num_learner_replicas})")
+    layout = RayLayoutConfig() if layout is None else layout
     if layout.num_learner_workers > 1 and num_learner_replicas not in (None, 1):
         raise ValueError(f"--num-learner-replicas {num_learner_replicas} cannot be combined with "
                          f"--num-learner-workers {layout.num_learner_workers}: each learner worker uses "

@@ -25,3 +25,30 @@ from rlplat.replay.tables import make_rate_limiter
 from rlplat.replay.tables import make_uniform_table
 from rlplat.replay.tables import validate_rate_limiter
 from rlplat.replay.types import Transition
+
+__all__ = [
+    "NStepTransitionAdder",
+    "ReplayHandle",
+    "ReplayTimeoutError",
+    "SequenceAdder",
+    "SequenceStep",
+    "Transition",
+    "TransitionPacking",
+    "annotations",
+    "default_error_buffer",
+    "fetch_signature",
+    "make_input_fn",
+    "make_prioritized_table",
+    "make_queue_table",
+    "make_rate_limiter",
+    "make_server",
+    "make_transition_dataset",
+    "make_uniform_table",
+    "next_batch",
+    "sequence_signature",
+    "transition_signature",
+    "translate_sampling_errors",
+    "validate_rate_limiter",
+    "wait_for_server",
+    "wait_for_table_size",
+]

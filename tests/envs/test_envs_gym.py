@@ -51,7 +51,7 @@ def test_termination_has_discount_zero():
     # Always pushing right tips the pole over within ~10 steps: a termination.
     with envs.make_environment("gym:CartPole-v1", seed=1) as env:
         env.reset()
-        for n in range(1, 100):
+        for n in range(1, 100):  # noqa: B007  (n is read after the loop)
             ts = env.step(1)
             if ts.last():
                 break

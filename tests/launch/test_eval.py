@@ -6,7 +6,6 @@ before TensorFlow is imported (a stand-in ``tensorflow`` that fails on import
 is first on the path). The end-to-end case trains a real, tiny D4PG run.
 """
 
-import json
 import os
 import re
 

@@ -4,7 +4,6 @@ import os
 
 os.environ.setdefault("MUJOCO_GL", "osmesa")
 
-import dm_env
 import numpy as np
 import pytest
 from dm_control.rl import control

@@ -38,7 +38,7 @@ def _learner(repl, batches, steps_per_call):
 
 
 def _copy(src, dst):
-    nets = lambda l: (l.policy, l.critic, l.target_policy, l.target_critic)  # noqa: E731
+    nets = lambda learner: (learner.policy, learner.critic, learner.target_policy, learner.target_critic)  # noqa: E731
     for a, b in zip((v for n in nets(src) for v in n.variables), (v for n in nets(dst) for v in n.variables)):
         b.assign(a.numpy())
 

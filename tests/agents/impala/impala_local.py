@@ -19,7 +19,6 @@ import numpy as np
 import tensorflow as tf
 import tree
 
-from agents.impala import acting
 from agents.impala.builder import IMPALABuilder
 from agents.impala.config import IMPALAConfig
 from agents.impala.learning import IMPALALearner

@@ -29,7 +29,7 @@ def reference_vtrace(
         # last[t]: transition t is the final one its episode has in this unroll.
         last = [end[t, b] > 0 or (t + 1 < T and mask[t + 1, b] == 0) for t in range(T)]
 
-        def correction(s):
+        def correction(s, b=b, last=last):
             total, weight = 0.0, 1.0  # weight = prod_{i=s}^{t-1} gamma_i c_i
             for t in range(s, T):
                 delta = clip(rho[t, b], rho_bar) * (

@@ -1,5 +1,7 @@
 """IMPALAConfig: defaults, validation messages that name the flag, round trips."""
 
+import dataclasses
+
 import pytest
 
 from agents.impala.config import IMPALAConfig
@@ -36,6 +38,6 @@ def test_bad_values_fail_with_one_line_naming_the_flag(changes, fragment):
 def test_replace_rejects_unknown_fields_and_keeps_frozen():
     with pytest.raises(TypeError, match="no_such"):
         IMPALAConfig().replace(no_such=1)
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         IMPALAConfig().core = "lstm"  # type: ignore[misc]
     assert IMPALAConfig(layer_sizes=[8, 8]).layer_sizes == (8, 8)

@@ -22,7 +22,6 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np
 import pytest
 
 from agents.impala.config import IMPALAConfig
@@ -39,7 +38,7 @@ def test_gaussian_impala_learns_point_mass_far_above_random():
     random = random_return(PointMass(seed=123), num_episodes=20)
     curve = []
     with LocalIMPALA(lambda seed: PointMass(seed), CONFIG, seed=0) as run:
-        for k in range(LEARNER_STEPS // EVAL_EVERY):
+        for _ in range(LEARNER_STEPS // EVAL_EVERY):
             run.train(EVAL_EVERY)
             curve.append((run.actor_steps, round(run.evaluate(10), 1)))
         push_left = float(greedy_action(run, [0.5, 0.0])[0])

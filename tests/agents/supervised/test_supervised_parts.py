@@ -1,5 +1,7 @@
 """Config validation, the data split and the input stream's topology independence."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -29,7 +31,7 @@ def test_config_is_frozen_and_round_trips():
     config = SupervisedConfig(hidden_sizes=[32, 16])
     assert config.hidden_sizes == (32, 16)
     assert SupervisedConfig(**config.to_dict()) == config
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         config.num_steps = 3
     with pytest.raises(TypeError, match="unknown"):
         config.replace(num_step=3)
