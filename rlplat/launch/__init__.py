@@ -1,8 +1,8 @@
 """Flags -> frozen configs -> runs: the ``rlplat`` command line.
 
 ``cli.main`` builds one argparse parser from a registry of command modules
-(``cli.COMMANDS``); ``train`` has its own registry of agents
-(``train_command.TRAINERS``). A command module defines ``NAME``, ``HELP``,
+(``cli.COMMANDS``); ``train`` and ``sweep`` offer the agents registered
+under the ``rlplat.agents`` entry points (``agent_registry``). A command module defines ``NAME``, ``HELP``,
 ``add_arguments(parser)`` and ``run(args) -> exit code``, and imports nothing
 heavy at module level, so parsing (and every usage error) stays fast and
 TensorFlow is configured before it starts.

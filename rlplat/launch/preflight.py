@@ -29,6 +29,7 @@ import os
 import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from rlplat.launch import agent_registry
 from rlplat.launch.common import UsageError
 
 CHECKPOINT_SUBDIR = "checkpoints"
@@ -36,9 +37,6 @@ CHECKPOINT_SUBDIR = "checkpoints"
 RUN_ENTRIES = ("checkpoints", "replay_checkpoints", "metrics.jsonl", "tb", "config.json",
                "run_info.json")
 # Builder class names in run_info.json -> agent (the `rlplat train` sub-command).
-_BUILDERS = {"D4PGBuilder": "d4pg", "IMPALABuilder": "impala"}
-
-
 # ------------------------------------------------------------------ logdir
 def latest_checkpoint(directory: str) -> Optional[str]:
     """The newest checkpoint prefix in ``directory``, as ``tf.train.latest_checkpoint`` finds it.
@@ -149,29 +147,19 @@ def remove_if_empty(created: Sequence[str]) -> None:
 
 
 # ------------------------------------------------------------------ resume
-def _config_classes() -> Dict[str, tuple]:
-    """agent -> (config dataclass, nested under "agent" in config.json?); all light imports."""
-    from agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top
-    from agents.impala.config import IMPALAConfig  # pylint: disable=g-import-not-at-top
-    from agents.gan.config import GANConfig  # pylint: disable=g-import-not-at-top
-    from agents.supervised.config import SupervisedConfig  # pylint: disable=g-import-not-at-top
-
-    return {"d4pg": (D4PGConfig, True), "impala": (IMPALAConfig, True),
-            "supervised": (SupervisedConfig, False), "gan": (GANConfig, False)}
-
-
 def run_agent(logdir: str, stored: Mapping[str, Any]) -> Optional[str]:
     """Which ``rlplat train`` agent wrote the run in ``logdir`` (config.json ``stored``), or None."""
     try:
         with open(os.path.join(logdir, "run_info.json"), encoding="utf-8") as f:
             builder = json.load(f).get("builder")
-        if builder in _BUILDERS:
-            return _BUILDERS[builder]
+        builders = agent_registry.builder_agents()
+        if builder in builders:
+            return builders[builder]
     except (OSError, ValueError, AttributeError):
         pass
     nested = stored.get("agent") if isinstance(stored.get("agent"), dict) else None
     best, best_score = None, 0.5  # at least half the keys in common
-    for agent, (cls, is_nested) in _config_classes().items():
+    for agent, (cls, is_nested) in agent_registry.config_classes().items():
         if is_nested != (nested is not None):
             continue
         keys = set(nested if is_nested else stored)

@@ -37,19 +37,22 @@ import re
 import sys
 from typing import Any, Dict, List, Sequence, Tuple
 
+from rlplat.launch import agent_registry
 from rlplat.launch import common
 
 NAME = "sweep"
 HELP = "run seeds and a grid of config values as concurrent trials on Ray Tune"
-AGENTS = ("rlplat.launch.train_d4pg", "rlplat.launch.train_impala")
 DEFAULT_LEARNER_CPUS = 1.0
 DEFAULT_ACTOR_CPUS = 0.5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     subs = parser.add_subparsers(title="agents", dest="agent", required=True, parser_class=common.Parser)
-    for module_name in AGENTS:
-        module = importlib.import_module(module_name)
+    try:
+        modules = agent_registry.ray_commands()
+    except agent_registry.NoAgentsError as e:
+        common.fail(str(e))
+    for module in modules.values():
         sub = subs.add_parser(module.NAME, help=f"sweep {module.NAME}",
                               description=f"Seeds and a grid of {module.NAME} config values on Ray Tune.")
         module.add_arguments(sub)
@@ -65,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         sweep.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2",
                            help="config values to try, e.g. sigma=0.2,0.3 or critic-layer-sizes=64:64,"
                                 "128:128 (list values use ':'); repeat for a product")
-        sub.set_defaults(run=run, sweep_agent=module_name)
+        sub.set_defaults(run=run, sweep_agent=module.__name__)
 
 
 def _parse_grid(entries: Sequence[str], module) -> List[Tuple[str, List[str]]]:

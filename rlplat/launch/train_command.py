@@ -1,8 +1,7 @@
-"""``rlplat train <agent>``: one sub-command per agent, from the ``TRAINERS`` registry.
+"""``rlplat train <agent>``: one sub-command per registered agent.
 
-To add an agent, write ``rlplat/launch/train_<agent>.py`` with ``NAME``,
-``HELP``, ``add_arguments`` and ``run`` (see ``train_supervised``) and list
-it below.
+Agents register their command modules under the ``rlplat.agents`` entry
+points (see ``agent_registry``); adding one edits nothing here.
 """
 
 from __future__ import annotations
@@ -12,18 +11,15 @@ import argparse
 NAME = "train"
 HELP = "train an agent"
 
-TRAINERS = (
-    "rlplat.launch.train_supervised",
-    "rlplat.launch.train_d4pg",
-    "rlplat.launch.train_impala",
-    "rlplat.launch.train_gan",
-)
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from rlplat.launch import agent_registry  # pylint: disable=g-import-not-at-top
     from rlplat.launch import common  # pylint: disable=g-import-not-at-top
 
-    common.add_subcommands(parser, TRAINERS, title="agents", dest="agent")
+    try:
+        modules = agent_registry.agent_modules()
+    except agent_registry.NoAgentsError as e:
+        common.fail(str(e))
+    common.add_subcommands(parser, modules.values(), title="agents", dest="agent")
 
 
 def run(args: argparse.Namespace) -> int:  # never reached: each agent sets its own `run`

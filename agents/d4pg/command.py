@@ -21,6 +21,8 @@ NAME = "d4pg"
 HELP = "D4PG (distributional DPG) on a control-suite task with N Ray actors"
 AGENT = "d4pg"
 CONFIG_CLASS = D4PGConfig
+CONFIG_NESTED = True  # config.json: {"agent": {...}, "layout": {...}, ...}
+BUILDER_NAME = "D4PGBuilder"
 DEFAULT_ENV = "cartpole:swingup"
 CONFIG_FLAGS = {
     "n_step": "n-step return length",

@@ -7,10 +7,12 @@ import sys
 
 from agents.gan.config import GANConfig  # light: no TensorFlow
 from rlplat.launch import common
+from rlplat.launch import in_process
 
 NAME = "gan"
 HELP = "train a spectral-norm GAN on the digits on N replicas (sample grids in TensorBoard)"
 AGENT = "gan"
+CONFIG_CLASS = GANConfig
 CONFIG_FLAGS = {
     "num_steps": "total steps (one discriminator and one generator update each)",
     "global_batch_size": "real images per step over all replicas",
@@ -38,10 +40,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from rlplat.launch import train_supervised  # pylint: disable=g-import-not-at-top  (light)
-
     config = common.config_from_args(GANConfig, args, CONFIG_FLAGS)
-    return train_supervised.run_in_process(args, AGENT, config, SHAPE_FIELDS, _train)
+    return in_process.run_in_process(args, AGENT, config, SHAPE_FIELDS, _train)
 
 
 def _train(args: argparse.Namespace, config: GANConfig, logdir: str) -> int:

@@ -19,6 +19,8 @@ HELP = "IMPALA (V-trace actor-critic) with N Ray actors; discrete or continuous 
 AGENT = "impala"
 DEFAULT_ENV = "gym:CartPole-v1"
 CONFIG_CLASS = IMPALAConfig
+CONFIG_NESTED = True  # config.json: {"agent": {...}, "layout": {...}, ...}
+BUILDER_NAME = "IMPALABuilder"
 CONFIG_FLAGS = {
     "unroll_length": "transitions per unroll",
     "global_batch_size": "unrolls per learner step over all replicas",

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import argparse
-
 import sys
 
 from agents.supervised.config import SupervisedConfig  # light: no TensorFlow
 from rlplat.launch import common
-from rlplat.launch import preflight
+from rlplat.launch import in_process
 
 NAME = "supervised"
 HELP = "train the digits classifier (scikit-learn digits, sync batch norm) on N replicas"
 AGENT = "supervised"
+CONFIG_CLASS = SupervisedConfig
 CONFIG_FLAGS = {
     "num_steps": "total gradient steps (a resumed run stops here too)",
     "global_batch_size": "examples per step over all replicas",
@@ -41,33 +41,7 @@ def run(args: argparse.Namespace) -> int:
     # starts (flags, --logdir, --resume against the run's config.json);
     # devices are configured before any op runs.
     config = common.config_from_args(SupervisedConfig, args, CONFIG_FLAGS)
-    return run_in_process(args, AGENT, config, SHAPE_FIELDS, _train)
-
-
-def run_in_process(args: argparse.Namespace, agent: str, config, shape_fields, train) -> int:
-    """The checks and run-directory handling of a workload trained in this process.
-
-    ``train(args, config, logdir)`` runs it once every check passed; shared
-    by ``train supervised`` and ``train gan``.
-    """
-    logdir = common.check_run_flags(args, agent)
-    if args.debug_eager and (args.num_replicas or 1) > 1:
-        raise common.UsageError("--debug-eager runs on one device: drop --num-replicas")
-    if args.num_replicas is not None:
-        try:
-            config.check_replicas(args.num_replicas)
-        except ValueError as e:
-            raise common.UsageError(str(e)) from None
-    preflight.check_logdir(logdir, args.resume)
-    if args.resume:
-        preflight.check_resume(logdir, agent, config.to_dict(), shape_fields)
-    # Created only now that every check passed (and before TF loads); removed
-    # again if the run stops before writing anything into it.
-    created = [] if args.resume else preflight.make_logdir(logdir)
-    try:
-        return train(args, config, logdir)
-    finally:
-        preflight.remove_if_empty(created)
+    return in_process.run_in_process(args, AGENT, config, SHAPE_FIELDS, _train)
 
 
 def _train(args: argparse.Namespace, config: SupervisedConfig, logdir: str) -> int:
