@@ -134,6 +134,11 @@ def disconnect(connection: Optional[Connection]) -> None:
                 _restore_auth = None
 
 
+def total_cpus() -> float:
+    """The CPUs of the connected cluster, all nodes together (``connect`` first)."""
+    return float(ray.cluster_resources().get("CPU", 0.0))
+
+
 def _current(owned: bool, local: Optional[bool] = None) -> Connection:
     context = ray.get_runtime_context()
     node = ray._private.worker.global_worker.node  # pylint: disable=protected-access

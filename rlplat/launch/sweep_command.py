@@ -141,8 +141,6 @@ def _run(args, module, sweep_dir: str, prepared, trial_cpus: float) -> int:
     from rlplat.utils import tf_setup  # pylint: disable=g-import-not-at-top
 
     tf_setup.import_tensorflow()
-    import ray  # pylint: disable=g-import-not-at-top
-
     from rlplat.distributed import cluster  # pylint: disable=g-import-not-at-top
     from rlplat.distributed import sweep  # pylint: disable=g-import-not-at-top
     from rlplat.distributed.layout import RayLayoutConfig  # pylint: disable=g-import-not-at-top
@@ -153,7 +151,7 @@ def _run(args, module, sweep_dir: str, prepared, trial_cpus: float) -> int:
     except (cluster.ClusterConnectionError, ValueError) as e:
         raise common.UsageError(str(e)) from None
     try:
-        total = float(ray.cluster_resources().get("CPU", 0.0))
+        total = cluster.total_cpus()
         concurrent = int((total + 1e-9) // (trial_cpus + sweep.DRIVER_CPUS))
         if concurrent < 1:
             raise common.UsageError(

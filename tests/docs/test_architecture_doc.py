@@ -1,0 +1,126 @@
+"""docs/architecture.md matches the code: its import rules hold, its package table is complete."""
+
+import ast
+import os
+import re
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DOC = os.path.join(REPO, "docs", "architecture.md")
+
+
+def _doc() -> str:
+    with open(DOC, encoding="utf-8") as f:
+        return f.read()
+
+
+def _rules_block() -> list:
+    block = re.search(r"## Import rules.*?```text\n(.*?)```", _doc(), re.S)
+    assert block, "docs/architecture.md has no ```text block under '## Import rules'"
+    return [line.strip() for line in block.group(1).splitlines() if line.strip()]
+
+
+def _module_name(path: str) -> str:
+    parts = os.path.relpath(path, REPO)[:-3].split(os.sep)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: str) -> set:
+    """Every absolute module an import statement in ``path`` names, at any depth."""
+    with open(path, encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:  # `from rlplat import core` imports the module rlplat.core
+                folder = os.path.join(REPO, *node.module.split("."), alias.name)
+                is_module = os.path.exists(folder + ".py") or os.path.isdir(folder)
+                names.add(f"{node.module}.{alias.name}" if is_module else node.module)
+    return names
+
+
+def import_table(roots=("rlplat", "agents", "envs")) -> dict:
+    """module -> the modules it imports, for every source file under ``roots``."""
+    table = {}
+    for root in roots:
+        for folder, _, files in os.walk(os.path.join(REPO, root)):
+            for name in files:
+                if name.endswith(".py"):
+                    path = os.path.join(folder, name)
+                    table[_module_name(path)] = _imports(path)
+    return table
+
+
+def _within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def _agent(module: str):
+    parts = module.split(".")
+    return parts[1] if parts[0] == "agents" and len(parts) > 1 else None
+
+
+def violations(table: dict, rules: list) -> list:
+    """The imports in ``table`` that break ``rules`` (the doc's lines), as 'module -> target: rule'."""
+    found = []
+    for rule in rules:
+        if m := re.fullmatch(r"(\S+) must not import (.+)", rule):
+            source, rest = m.group(1), m.group(2)
+            targets, _, exceptions = rest.partition(", except ")
+            allowed = {tuple(e.split(" -> ")) for e in exceptions.split(", ") if " -> " in e}
+            if source == "agents.<one>":
+                for module, imported in table.items():
+                    for target in imported:
+                        if (_agent(module) and _agent(target) and _agent(target) != _agent(module)
+                                and not any(_within(module, a) and _within(target, b) for a, b in allowed)):
+                            found.append(f"{module} -> {target}: {rule}")
+                continue
+            banned = [t.strip() for t in targets.split(",")]
+            for module, imported in table.items():
+                if _within(module, source):
+                    found += [f"{module} -> {t}: {rule}" for t in sorted(imported)
+                              if any(_within(t, b) for b in banned)]
+        elif m := re.fullmatch(r"(\S+) is imported only by (.+)", rule):
+            target, owners = m.group(1), [o.strip() for o in m.group(2).split(",")]
+            for module, imported in table.items():
+                if not any(_within(module, o) for o in owners):
+                    found += [f"{module} -> {t}: {rule}" for t in sorted(imported) if _within(t, target)]
+        else:
+            pytest.fail(f"docs/architecture.md: cannot read the import rule {rule!r}")
+    return sorted(set(found))
+
+
+def test_the_import_rules_in_the_doc_hold_for_every_import():
+    rules = _rules_block()
+    assert len(rules) >= 5
+    assert violations(import_table(), rules) == []
+
+
+def test_a_broken_rule_is_reported():
+    """The checker itself: an agent import inside rlplat and a stray Ray import are both caught."""
+    table = {"rlplat.launch.cli": {"agents.d4pg.config"}, "rlplat.replay.server": {"ray"},
+             "agents.gan.train": {"agents.supervised.data"}, "agents.gan.x": {"agents.impala.losses"},
+             "rlplat.distributed.driver": {"ray"}}
+    assert violations(table, _rules_block()) == [
+        "agents.gan.x -> agents.impala.losses: agents.<one> must not import agents.<another>, "
+        "except agents.gan -> agents.supervised.data",
+        "rlplat.launch.cli -> agents.d4pg.config: rlplat must not import agents",
+        "rlplat.replay.server -> ray: ray is imported only by rlplat.distributed, rlplat.clusters",
+    ]
+
+
+def test_every_rlplat_package_and_module_is_in_the_package_table():
+    doc = _doc()
+    listed = set(re.findall(r"^\| `([^`]+)` \|", doc, re.M))
+    present = set()
+    for name in os.listdir(os.path.join(REPO, "rlplat")):
+        path = os.path.join(REPO, "rlplat", name)
+        if os.path.isdir(path) and os.path.exists(os.path.join(path, "__init__.py")):
+            present.add(f"rlplat/{name}/")
+        elif name.endswith(".py") and name != "__init__.py":
+            present.add(f"rlplat/{name}")
+    assert present - listed == set(), "add these to the Packages table of docs/architecture.md"
+    assert {"agents/<name>/", "envs/"} <= listed
