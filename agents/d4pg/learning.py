@@ -38,11 +38,12 @@ from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from agents.d4pg import losses
 from agents.d4pg import networks
 from agents.d4pg.config import D4PGConfig
 from rlplat import core
 from rlplat import replication
+from rlplat.losses import distributional
+from rlplat.losses import dpg
 from rlplat.replay import datasets as replay_datasets
 from rlplat.utils import nonfinite
 from rlplat.utils.optimizers import FusedAdam, apply_gradients_cross_replica
@@ -159,17 +160,17 @@ class D4PGLearner(core.Learner):
         with tf.GradientTape(persistent=True) as tape:
             logits_tm1 = self.critic((o_tm1, a_tm1))
             # d_t already holds gamma^n * prod(env discounts): no extra gamma.
-            critic_loss = tf.reduce_mean(losses.categorical_td_loss(
+            critic_loss = tf.reduce_mean(distributional.categorical_td_loss(
                 logits_tm1, r_t, d_t, target_logits_t, self._atoms))
             # DPG on the bootstrap observations, as Acme's D4PG does; the
             # gradient is taken w.r.t. the policy variables only below.
             dpg_actions = self.policy(o_t)
-            dpg_q = losses.expected_q(self.critic((o_t, dpg_actions)), self._atoms)
+            dpg_q = distributional.expected_q(self.critic((o_t, dpg_actions)), self._atoms)
             with tape.stop_recording():
                 # Each example's Q depends on its own action only, so the
                 # gradient of the batch's Q values is the per-example dQ/da.
                 dqda = tape.gradient(dpg_q, dpg_actions)
-            policy_loss = tf.reduce_mean(losses.dpg_dqda_loss(dqda, dpg_actions, clip_norm))
+            policy_loss = tf.reduce_mean(dpg.dpg_dqda_loss(dqda, dpg_actions, clip_norm))
         critic_grads = tape.gradient(critic_loss, critic_vars)
         policy_grads = tape.gradient(policy_loss, policy_vars)
         return critic_loss, policy_loss, tf.reduce_mean(dpg_q), critic_grads, policy_grads

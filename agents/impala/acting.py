@@ -15,7 +15,7 @@ Continuous actions (``config.squash``): the actor samples ``u ~ N(mean,
 std)`` and sends ``tanh(u)`` ("tanh") or ``clip(u, -1, 1)`` ("clip") to the
 environment; replay keeps ``u``, and the recorded log-prob is that of the
 action the environment got (for "tanh", with the Jacobian: see
-``losses.tanh_gaussian_log_prob``; the learner computes the same).
+``rlplat.losses.policy_gradient.tanh_gaussian_log_prob``; the learner computes the same).
 
 ``evaluation=True`` acts greedily (argmax, or tanh / clip of the Gaussian
 mean) and records nothing.
@@ -66,7 +66,7 @@ def make_numpy_policy(environment_spec: Any, config: Any) -> networks.NumpyPolic
 
 
 def _tanh_log_det_jacobian(u: np.ndarray) -> float:
-    """NumPy twin of ``losses.tanh_log_det_jacobian`` for one action."""
+    """NumPy twin of ``rlplat.losses.policy_gradient.tanh_log_det_jacobian`` for one action."""
     return float(np.sum(2.0 * (np.log(2.0) - u - np.logaddexp(0.0, -2.0 * u))))
 
 

@@ -33,18 +33,18 @@ from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
-from rlplat.utils import nonfinite
-from rlplat.utils.optimizers import FusedAdam, apply_gradients_cross_replica
-from rlplat.utils import variable_export
-from rlplat.utils import watchdog
-from agents.impala import losses
 from agents.impala import networks
 from agents.impala.config import IMPALAConfig
-from agents.impala.vtrace import vtrace
 from rlplat import core
 from rlplat import replication
+from rlplat.losses import policy_gradient as pg_losses
+from rlplat.losses.vtrace import vtrace
 from rlplat.replay import datasets as replay_datasets
 from rlplat.replay.sequence_signature import as_sequence_step
+from rlplat.utils import nonfinite
+from rlplat.utils import variable_export
+from rlplat.utils import watchdog
+from rlplat.utils.optimizers import FusedAdam, apply_gradients_cross_replica
 
 # What the NaN guard watches (in this order); each part is the global mean.
 _GUARDED = ("policy-gradient loss", "baseline loss", "entropy loss", "gradient")
@@ -119,21 +119,21 @@ class IMPALALearner(core.Learner):
         actions = time_major(batch.action)[:-1]
         mask = time_major(batch.mask)[:-1] * keep[tf.newaxis, :]
         if self.network.discrete:
-            log_pi = losses.categorical_log_prob(policy_out, actions)
-            entropy = losses.categorical_entropy(policy_out)
+            log_pi = pg_losses.categorical_log_prob(policy_out, actions)
+            entropy = pg_losses.categorical_entropy(policy_out)
         elif cfg.squash == "tanh":
             mean, log_std = self.network.gaussian(policy_out)
-            log_pi = losses.tanh_gaussian_log_prob(mean, log_std, actions)
+            log_pi = pg_losses.tanh_gaussian_log_prob(mean, log_std, actions)
             # The behaviour's own standard-normal draw, recovered from the
             # recorded sample: a fresh N(0, 1) sample whatever the parameters
             # now are, and deterministic (no RNG in the step).
             noise = tf.stop_gradient((actions - time_major(batch.extras["mean"])[:-1])
                                      * tf.exp(-time_major(batch.extras["log_std"])[:-1]))
-            entropy = losses.tanh_gaussian_entropy(mean, log_std, noise)
+            entropy = pg_losses.tanh_gaussian_entropy(mean, log_std, noise)
         else:
             mean, log_std = self.network.gaussian(policy_out)
-            log_pi = losses.gaussian_log_prob(mean, log_std, actions)
-            entropy = losses.gaussian_entropy(log_std)
+            log_pi = pg_losses.gaussian_log_prob(mean, log_std, actions)
+            entropy = pg_losses.gaussian_entropy(log_std)
         log_rho = tf.stop_gradient(log_pi - time_major(batch.behaviour_log_prob)[:-1])
         returns = vtrace(tf.stop_gradient(values[:-1]), tf.stop_gradient(values[1:]),
                          cfg.reward_scale * time_major(batch.reward)[:-1],
@@ -142,9 +142,9 @@ class IMPALALearner(core.Learner):
                          clip_c_threshold=cfg.clip_c_threshold)
         sums = {
             "policy_gradient_loss": tf.reduce_sum(
-                losses.policy_gradient_loss(log_pi, returns.pg_advantages, mask)),
-            "baseline_loss": tf.reduce_sum(losses.baseline_loss(returns.vs, values[:-1], mask)),
-            "entropy_loss": tf.reduce_sum(losses.entropy_loss(entropy, mask)),
+                pg_losses.policy_gradient_loss(log_pi, returns.pg_advantages, mask)),
+            "baseline_loss": tf.reduce_sum(pg_losses.baseline_loss(returns.vs, values[:-1], mask)),
+            "entropy_loss": tf.reduce_sum(pg_losses.entropy_loss(entropy, mask)),
             "vs": tf.reduce_sum(returns.vs * mask),
         }
         return sums, tf.reduce_sum(mask)

@@ -6,7 +6,8 @@ import tensorflow as tf
 
 import dm_env
 
-from agents.impala import acting, losses, networks
+from agents.impala import acting, networks
+from rlplat.losses import policy_gradient as pg_losses
 from impala_testlib import CONTINUOUS_SPEC, DISCRETE_SPEC, OBS, small_config
 
 
@@ -92,7 +93,7 @@ def test_clipped_gaussian_log_prob_matches_the_learner_formula_and_env_action_is
     assert np.all(np.abs(env_actions) <= 1.0)
     np.testing.assert_array_equal(env_actions, np.clip(sampled, -1.0, 1.0))
     assert np.any(np.abs(sampled) > 1.0)  # replay keeps the unclipped sample
-    expected = losses.gaussian_log_prob(mean, log_std, sampled).numpy()
+    expected = pg_losses.gaussian_log_prob(mean, log_std, sampled).numpy()
     np.testing.assert_allclose(log_probs, expected, rtol=1e-4)
 
 
@@ -101,7 +102,7 @@ def test_tanh_gaussian_env_action_is_tanh_of_the_recorded_sample_with_its_log_pr
     np.testing.assert_allclose(env_actions, np.tanh(sampled), rtol=1e-6)
     assert np.all(np.abs(env_actions) < 1.0) and np.any(np.abs(sampled) > 1.0)
     # The log-density of the squashed action, as the learner computes it.
-    expected = losses.tanh_gaussian_log_prob(mean, log_std, sampled).numpy()
+    expected = pg_losses.tanh_gaussian_log_prob(mean, log_std, sampled).numpy()
     np.testing.assert_allclose(log_probs, expected, rtol=1e-4, atol=1e-4)
 
 

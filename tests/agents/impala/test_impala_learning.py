@@ -11,6 +11,7 @@ import tensorflow as tf
 
 import envs
 from agents.impala import losses, networks
+from rlplat.losses import policy_gradient as pg_losses
 from agents.impala.builder import IMPALABuilder
 from agents.impala.learning import IMPALALearner
 from rlplat import replication, specs
@@ -43,18 +44,18 @@ def _reference_loss(net, batch, config):
     out, values = net.unroll(batch.observation, None if core_state is None else core_state[:, 0])
     out, values = tm(out.numpy())[:-1], tm(values.numpy())
     if net.discrete:
-        log_pi = losses.categorical_log_prob(out, tm(batch.action)[:-1])
-        entropy = losses.categorical_entropy(out)
+        log_pi = pg_losses.categorical_log_prob(out, tm(batch.action)[:-1])
+        entropy = pg_losses.categorical_entropy(out)
     elif config.squash == "clip":
         mean, log_std = net.gaussian(tf.constant(out))
-        log_pi = losses.gaussian_log_prob(mean, log_std, tm(batch.action)[:-1])
-        entropy = losses.gaussian_entropy(log_std)
+        log_pi = pg_losses.gaussian_log_prob(mean, log_std, tm(batch.action)[:-1])
+        entropy = pg_losses.gaussian_entropy(log_std)
     else:  # tanh: entropy estimated at the behaviour's recorded draw
         mean, log_std = net.gaussian(tf.constant(out))
         u = tm(batch.action)[:-1]
-        log_pi = losses.tanh_gaussian_log_prob(mean, log_std, u)
+        log_pi = pg_losses.tanh_gaussian_log_prob(mean, log_std, u)
         noise = (u - tm(batch.extras["mean"])[:-1]) * np.exp(-tm(batch.extras["log_std"])[:-1])
-        entropy = losses.tanh_gaussian_entropy(mean, log_std, noise)
+        entropy = pg_losses.tanh_gaussian_entropy(mean, log_std, noise)
     total, parts = losses.impala_loss(
         log_pi, entropy, tm(batch.behaviour_log_prob)[:-1], values[:-1], values[1:],
         tm(batch.reward)[:-1], config.discount * tm(batch.discount)[:-1], tm(batch.mask)[:-1],

@@ -15,7 +15,7 @@ import pytest
 import reverb
 from dm_env import specs
 
-from agents.impala.vtrace import vtrace
+from rlplat.losses.vtrace import vtrace
 from rlplat import replay
 from rlplat.replay.sequence_adder import SequenceAdder
 from rlplat.replay.sequence_signature import as_sequence_step, sequence_signature

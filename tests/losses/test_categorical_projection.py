@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from agents.d4pg.losses import categorical_l2_project
+from rlplat.losses.distributional import categorical_l2_project
 # pytest (prepend import mode) puts this folder on sys.path.
-from d4pg_reference import reference_project
+from categorical_reference import reference_project
 
 
 def _random_case(seed, batch=6, n_src=9, n_dst=7, v_min=-3.0, v_max=5.0):

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from agents.impala.vtrace import vtrace
+from rlplat.losses.vtrace import vtrace
 # pytest (prepend import mode) puts this folder on sys.path.
-from impala_reference import n_step_returns, reference_vtrace
+from vtrace_reference import n_step_returns, reference_vtrace
 
 GAMMA = 0.9
 SPEC = tf.TensorSpec([None, None], tf.float32)

@@ -10,7 +10,8 @@ import tensorflow as tf
 from scipy import special, stats
 
 from agents.impala import losses
-from agents.impala.vtrace import vtrace
+from rlplat.losses import policy_gradient as pg_losses
+from rlplat.losses.vtrace import vtrace
 
 T, B, A, D = 3, 2, 4, 2
 
@@ -21,11 +22,11 @@ def test_categorical_log_prob_and_entropy_closed_form():
     actions = rng.integers(0, A, (T, B)).astype(np.float32)  # replay stores floats
     log_p = special.log_softmax(logits.astype(np.float64), axis=-1)
     want = np.take_along_axis(log_p, actions.astype(int)[..., None], axis=-1)[..., 0]
-    np.testing.assert_allclose(losses.categorical_log_prob(logits, actions), want, rtol=1e-5)
-    np.testing.assert_allclose(losses.categorical_entropy(logits),
+    np.testing.assert_allclose(pg_losses.categorical_log_prob(logits, actions), want, rtol=1e-5)
+    np.testing.assert_allclose(pg_losses.categorical_entropy(logits),
                                stats.entropy(np.exp(log_p), axis=-1), rtol=1e-5)
     # Uniform logits: entropy log(A).
-    np.testing.assert_allclose(losses.categorical_entropy(np.zeros((1, 1, A))), [[np.log(A)]],
+    np.testing.assert_allclose(pg_losses.categorical_entropy(np.zeros((1, 1, A))), [[np.log(A)]],
                                rtol=1e-6)
 
 
@@ -36,10 +37,10 @@ def test_gaussian_log_prob_and_entropy_closed_form():
     a = rng.normal(size=(T, B, D)).astype(np.float32)
     std = np.exp(log_std.astype(np.float64))
     want = stats.norm.logpdf(a, mean, std).sum(-1)
-    np.testing.assert_allclose(losses.gaussian_log_prob(mean, log_std, a), want, rtol=1e-5)
-    np.testing.assert_allclose(losses.gaussian_entropy(log_std),
+    np.testing.assert_allclose(pg_losses.gaussian_log_prob(mean, log_std, a), want, rtol=1e-5)
+    np.testing.assert_allclose(pg_losses.gaussian_entropy(log_std),
                                stats.norm.entropy(mean, std).sum(-1), rtol=1e-5)
-    graph = tf.function(losses.gaussian_log_prob)(mean, log_std, a)
+    graph = tf.function(pg_losses.gaussian_log_prob)(mean, log_std, a)
     np.testing.assert_allclose(graph, want, rtol=1e-5)
 
 
@@ -61,12 +62,12 @@ def test_tanh_gaussian_log_prob_is_the_density_of_the_squashed_action():
     # log-Jacobian in float64 via log(1 - tanh^2) = log(4) - 2|u| - 2 log(1 + e^-2|u|).
     log_jac = (np.log(4.0) - 2 * np.abs(u64) - 2 * np.log1p(np.exp(-2 * np.abs(u64)))).sum(-1)
     want = stats.norm.logpdf(u64, mean, np.exp(log_std.astype(np.float64))).sum(-1) - log_jac
-    got = losses.tanh_gaussian_log_prob(mean, log_std, u).numpy()
+    got = pg_losses.tanh_gaussian_log_prob(mean, log_std, u).numpy()
     assert np.all(np.isfinite(got))
     np.testing.assert_allclose(got, want, rtol=1e-5)
     # It integrates to 1 over a in (-1, 1) (one dimension).
     a = np.linspace(-1 + 1e-7, 1 - 1e-7, 400_001)
-    logp = losses.tanh_gaussian_log_prob(np.full((1, a.size, 1), 0.7, np.float32),
+    logp = pg_losses.tanh_gaussian_log_prob(np.full((1, a.size, 1), 0.7, np.float32),
                                          np.full((1, a.size, 1), -0.3, np.float32),
                                          np.arctanh(a)[None, :, None].astype(np.float32))
     np.testing.assert_allclose(np.trapz(np.exp(logp.numpy()[0]), a), 1.0, atol=2e-3)
@@ -78,7 +79,7 @@ def test_tanh_gaussian_entropy_estimate_is_unbiased_and_penalises_the_bounds():
 
     def estimate(mean, log_std):
         shape = (1, n, 1)
-        return float(np.mean(losses.tanh_gaussian_entropy(
+        return float(np.mean(pg_losses.tanh_gaussian_entropy(
             np.full(shape, mean, np.float32), np.full(shape, log_std, np.float32), noise)))
 
     def exact(mean, log_std):  # -E[log p(a)] by quadrature over a
@@ -99,28 +100,28 @@ def test_tanh_gaussian_entropy_estimate_is_unbiased_and_penalises_the_bounds():
 def test_gradient_signs():
     logits = np.zeros((1, 1, A), np.float32)
     action = np.array([[2.0]], np.float32)
-    pg = lambda adv: lambda x: losses.policy_gradient_loss(  # noqa: E731
-        losses.categorical_log_prob(x, action), adv)
+    pg = lambda adv: lambda x: pg_losses.policy_gradient_loss(  # noqa: E731
+        pg_losses.categorical_log_prob(x, action), adv)
     # Descending the loss raises log pi(a) for a positive advantage, lowers it
     # for a negative one.
     assert _grad(pg([[2.0]]), logits)[0, 0, 2] < 0
     assert _grad(pg([[-2.0]]), logits)[0, 0, 2] > 0
     # Baseline: v below its target -> gradient descent pushes v up.
-    assert _grad(lambda v: losses.baseline_loss([[3.0]], v), [[1.0]])[0, 0] < 0
-    assert _grad(lambda v: losses.baseline_loss([[-3.0]], v), [[1.0]])[0, 0] > 0
+    assert _grad(lambda v: pg_losses.baseline_loss([[3.0]], v), [[1.0]])[0, 0] < 0
+    assert _grad(lambda v: pg_losses.baseline_loss([[-3.0]], v), [[1.0]])[0, 0] > 0
     # Entropy bonus: descending it widens the Gaussian and flattens the softmax.
-    g = _grad(lambda s: losses.entropy_loss(losses.gaussian_entropy(s)), np.zeros((1, 1, D)))
+    g = _grad(lambda s: pg_losses.entropy_loss(pg_losses.gaussian_entropy(s)), np.zeros((1, 1, D)))
     assert (g < 0).all()
     peaked = np.array([[[3.0, 0.0, 0.0, 0.0]]], np.float32)
-    g = _grad(lambda x: losses.entropy_loss(losses.categorical_entropy(x)), peaked)
+    g = _grad(lambda x: pg_losses.entropy_loss(pg_losses.categorical_entropy(x)), peaked)
     assert g[0, 0, 0] > 0 and (g[0, 0, 1:] < 0).all()
 
 
 def test_targets_receive_no_gradient():
     adv, vs = tf.Variable([[1.0]]), tf.Variable([[2.0]])
     with tf.GradientTape(persistent=True) as tape:
-        pg_loss = losses.policy_gradient_loss(tf.constant([[-0.5]]), adv)
-        bl_loss = losses.baseline_loss(vs, tf.constant([[0.0]]))
+        pg_loss = pg_losses.policy_gradient_loss(tf.constant([[-0.5]]), adv)
+        bl_loss = pg_losses.baseline_loss(vs, tf.constant([[0.0]]))
     assert tape.gradient(pg_loss, adv) is None and tape.gradient(bl_loss, vs) is None
 
 

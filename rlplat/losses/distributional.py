@@ -1,24 +1,13 @@
-"""Pure D4PG loss functions (no variables, no networks, no infrastructure).
+"""Distributional (categorical) value losses, as in C51 and D4PG.
 
-Naming: ``_tm1`` is the transition's first step (s_{t-1}, a_{t-1}); ``_t`` is
-the bootstrap step n environment steps later. B is the batch, N the number
-of atoms of the critic's support. Everything is computed in float32; every
-input is cast to float32.
-
-Policy loss formulation. ``dpg_policy_loss`` is -E[Q(s, pi(s))], with
-E[Q] the mean of the critic's categorical distribution; its gradient with
-respect to the policy parameters is the deterministic policy gradient
--dQ/da * dpi/dtheta (Silver et al. 2014), flowing through the critic into the
-action. The learner must apply it to the policy variables only (the critic
-is trained by ``categorical_td_loss``). ``dpg_dqda_loss`` is the equivalent
-"target = stop_gradient(a + dQ/da)" form, which clips each example's dQ/da
-by norm first (the learner's default); without clipping both give the same
-policy gradient.
+Pure TensorFlow, no variables. ``_tm1`` is the transition's first step
+(s_{t-1}, a_{t-1}); ``_t`` is the bootstrap step n environment steps later.
+B is the batch, N the number of atoms of the critic's support. Everything is
+computed in float32; every input is cast to float32.
 """
 
 from __future__ import annotations
 
-from typing import Optional
 
 import tensorflow as tf
 
@@ -100,47 +89,3 @@ def expected_q(q_logits, atoms) -> tf.Tensor:
     """Mean of the categorical distribution: logits [B, N], atoms [N] -> [B]."""
     q_logits, atoms = _f32(q_logits), _f32(atoms)
     return tf.reduce_sum(tf.nn.softmax(q_logits, axis=-1) * atoms, axis=-1)
-
-
-def dpg_policy_loss(q_logits, atoms) -> tf.Tensor:
-    """Deterministic policy-gradient loss, -E[Q(s, pi(s))], per example [B].
-
-    Args:
-      q_logits: critic logits at (s, pi(s)), [B, N], computed with the action
-        from the policy being trained so the gradient reaches its parameters.
-      atoms: the critic's support, [N].
-
-    Returns:
-      -expected Q, [B]. Differentiate the batch mean with respect to the
-      policy variables only.
-    """
-    return -expected_q(q_logits, atoms)
-
-
-def dpg_dqda_loss(dqda, actions, dqda_clip_norm: Optional[float] = None) -> tf.Tensor:
-    """DPG loss from a precomputed action-gradient dQ/da, per example [B].
-
-    loss = 0.5 * ||stop_gradient(a + g) - a||^2 with g = dQ/da, optionally
-    rescaled so that ||g|| <= ``dqda_clip_norm`` for each example (the norm
-    is over the action dimensions). Its gradient w.r.t. a is -g; chained
-    through a = pi(s) it is the deterministic policy gradient. Unclipped it
-    equals the gradient of ``dpg_policy_loss``; clipped, no single example's
-    action-gradient can outweigh the rest of the batch.
-
-    Args:
-      dqda: dE[Q]/da for the batch, [B, A] (e.g. from a GradientTape on a).
-      actions: the policy's actions pi(s), [B, A], connected to the policy.
-      dqda_clip_norm: if set (> 0), each row of dqda is scaled down to this
-        Euclidean norm when it is longer.
-
-    Returns:
-      Per-example loss, [B].
-    """
-    dqda, actions = _f32(dqda), _f32(actions)
-    if dqda_clip_norm is not None:
-        if dqda_clip_norm <= 0:
-            raise ValueError(f"dqda_clip_norm must be > 0 (got {dqda_clip_norm}); "
-                             "pass None to disable")
-        dqda = tf.clip_by_norm(dqda, dqda_clip_norm, axes=[-1])
-    target = tf.stop_gradient(actions + dqda)
-    return 0.5 * tf.reduce_sum(tf.square(target - actions), axis=-1)

@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from agents.d4pg import losses
+from rlplat.losses import distributional
+from rlplat.losses import dpg
 from agents.d4pg.networks import make_critic_network, make_policy_network
 # pytest (prepend import mode) puts this folder on sys.path.
-from d4pg_reference import log_softmax as _log_softmax, reference_project
+from categorical_reference import log_softmax as _log_softmax, reference_project
 
 V_MIN, V_MAX, N = -10.0, 10.0, 11
 ATOMS = np.linspace(V_MIN, V_MAX, N).astype(np.float32)  # spacing 2
@@ -33,10 +34,10 @@ def test_td_loss_matches_numpy_reference(seed):
     r_t = rng.uniform(-6, 6, b).astype(np.float32)
     d_t = rng.uniform(0, 1, b).astype(np.float32)
     d_t[0] = 0.0  # one terminal in the batch
-    got = losses.categorical_td_loss(q_tm1, r_t, d_t, q_t, ATOMS).numpy()
+    got = distributional.categorical_td_loss(q_tm1, r_t, d_t, q_t, ATOMS).numpy()
     assert got.shape == (b,)
     np.testing.assert_allclose(got, reference_td_loss(q_tm1, r_t, d_t, q_t), rtol=1e-5, atol=1e-5)
-    graph = tf.function(losses.categorical_td_loss)(q_tm1, r_t, d_t, q_t, ATOMS).numpy()
+    graph = tf.function(distributional.categorical_td_loss)(q_tm1, r_t, d_t, q_t, ATOMS).numpy()
     np.testing.assert_allclose(graph, got, rtol=1e-6, atol=1e-6)
 
 
@@ -45,7 +46,7 @@ def test_terminal_collapses_target_onto_reward():
     q_tm1 = rng.normal(size=(2, N)).astype(np.float32)
     q_t = rng.normal(0, 3, (2, N)).astype(np.float32)  # must not matter
     r_t = np.array([2.0, 3.0], np.float32)  # on atom 6; halfway between atoms 6 and 7
-    got = losses.categorical_td_loss(q_tm1, r_t, np.zeros(2, np.float32), q_t, ATOMS).numpy()
+    got = distributional.categorical_td_loss(q_tm1, r_t, np.zeros(2, np.float32), q_t, ATOMS).numpy()
     ls = _log_softmax(q_tm1)
     np.testing.assert_allclose(got, [-ls[0, 6], -0.5 * (ls[1, 6] + ls[1, 7])], rtol=1e-5)
 
@@ -57,7 +58,7 @@ def test_td_gradient_stops_at_target():
     r_t = np.array([0.0, 1.0, -3.0, 20.0], np.float32)
     d_t = np.array([0.9, 0.0, 0.5, 0.99], np.float32)
     with tf.GradientTape() as tape:
-        loss = tf.reduce_sum(losses.categorical_td_loss(q_tm1, r_t, d_t, q_t, ATOMS))
+        loss = tf.reduce_sum(distributional.categorical_td_loss(q_tm1, r_t, d_t, q_t, ATOMS))
     g_online, g_target = tape.gradient(loss, [q_tm1, q_t])
     assert g_target is None
     # d CE / d logits = softmax(logits) - target distribution.
@@ -72,7 +73,7 @@ def test_policy_loss_value_is_minus_expected_q():
     logits = rng.normal(size=(5, N)).astype(np.float32)
     p = np.exp(_log_softmax(logits))
     by_hand = -(p * ATOMS).sum(axis=-1)
-    got = losses.dpg_policy_loss(logits, ATOMS).numpy()
+    got = dpg.dpg_policy_loss(logits, ATOMS).numpy()
     assert got.shape == (5,)
     np.testing.assert_allclose(got, by_hand, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(tf.reduce_mean(got).numpy(), by_hand.mean(), rtol=1e-5, atol=1e-5)
@@ -88,7 +89,7 @@ def _tiny_actor_critic():
 
 
 def _mean_q(policy, critic, obs):
-    return float(tf.reduce_mean(losses.expected_q(critic((obs, policy(obs))), critic.atoms)))
+    return float(tf.reduce_mean(distributional.expected_q(critic((obs, policy(obs))), critic.atoms)))
 
 
 def test_one_sgd_step_on_policy_loss_increases_expected_q():
@@ -96,7 +97,7 @@ def test_one_sgd_step_on_policy_loss_increases_expected_q():
     critic_before = [w.numpy().copy() for w in critic.trainable_variables]
     q_before = _mean_q(policy, critic, obs)
     with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(losses.dpg_policy_loss(critic((obs, policy(obs))), critic.atoms))
+        loss = tf.reduce_mean(dpg.dpg_policy_loss(critic((obs, policy(obs))), critic.atoms))
     grads = tape.gradient(loss, policy.trainable_variables)
     assert all(g is not None for g in grads)
     tf.keras.optimizers.SGD(learning_rate=0.5).apply_gradients(
@@ -110,16 +111,16 @@ def test_one_sgd_step_on_policy_loss_increases_expected_q():
 def test_dqda_form_gives_same_policy_gradient_and_clips():
     policy, critic, obs = _tiny_actor_critic()
     with tf.GradientTape() as tape:
-        loss = tf.reduce_mean(losses.dpg_policy_loss(critic((obs, policy(obs))), critic.atoms))
+        loss = tf.reduce_mean(dpg.dpg_policy_loss(critic((obs, policy(obs))), critic.atoms))
     direct = tape.gradient(loss, policy.trainable_variables)
 
     with tf.GradientTape(persistent=True) as tape:
         actions = policy(obs)
         tape.watch(actions)
-        q = losses.expected_q(critic((obs, actions)), critic.atoms)
+        q = distributional.expected_q(critic((obs, actions)), critic.atoms)
         # Mean over the batch, so dqda is scaled like the direct form's loss.
         dqda = tape.gradient(tf.reduce_mean(q), actions)
-        loss = tf.reduce_sum(losses.dpg_dqda_loss(dqda, actions))
+        loss = tf.reduce_sum(dpg.dpg_dqda_loss(dqda, actions))
     via_dqda = tape.gradient(loss, policy.trainable_variables)
     for a, b in zip(direct, via_dqda):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-8)
@@ -129,11 +130,11 @@ def test_dqda_form_gives_same_policy_gradient_and_clips():
     big = tf.constant([[3.0, -4.0]])  # norm 5 -> scaled by 1/5
     with tf.GradientTape() as tape:
         tape.watch(a)
-        clipped = losses.dpg_dqda_loss(big, a, dqda_clip_norm=1.0)
+        clipped = dpg.dpg_dqda_loss(big, a, dqda_clip_norm=1.0)
     np.testing.assert_allclose(tape.gradient(clipped, a).numpy(), [[-0.6, 0.8]], rtol=1e-6)
     np.testing.assert_allclose(clipped.numpy(), [0.5], rtol=1e-6)
     with pytest.raises(ValueError, match="dqda_clip_norm"):
-        losses.dpg_dqda_loss(big, a, dqda_clip_norm=0.0)
+        dpg.dpg_dqda_loss(big, a, dqda_clip_norm=0.0)
 
 
 def _numpy_dqda_loss_and_grad(dqda, actions, clip_norm):
@@ -155,7 +156,7 @@ def test_dqda_loss_matches_numpy_reference(action_dims, clip_norm):
     actions = tf.constant(rng.uniform(-1, 1, size=(16, action_dims)), tf.float32)
     with tf.GradientTape() as tape:
         tape.watch(actions)
-        loss = losses.dpg_dqda_loss(tf.constant(dqda, tf.float32), actions, clip_norm)
+        loss = dpg.dpg_dqda_loss(tf.constant(dqda, tf.float32), actions, clip_norm)
     want_loss, want_grad = _numpy_dqda_loss_and_grad(dqda, actions.numpy(), clip_norm)
     np.testing.assert_allclose(loss.numpy(), want_loss, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(tape.gradient(loss, actions).numpy(), want_grad, rtol=1e-5, atol=1e-7)
