@@ -39,6 +39,7 @@ from typing import Optional, Tuple
 import ray
 
 from rlplat.distributed import loopback
+from rlplat.distributed import process
 from rlplat.distributed import ray_auth
 from rlplat.distributed import reaper as reaper_lib
 from rlplat.utils import tf_setup
@@ -132,6 +133,7 @@ def disconnect(connection: Optional[Connection]) -> None:
             if _restore_auth is not None:
                 _restore_auth()
                 _restore_auth = None
+            process.WORKER_ENV_OVERRIDES.pop("MALLOC_ARENA_MAX", None)
 
 
 def total_cpus() -> float:
@@ -159,7 +161,7 @@ def _start_local(num_cpus: Optional[int], log_to_driver: bool, logging_level: in
     session = _own_session()
     restore = ray_auth.local_instance_token()
     try:
-        with _loopback_only(), session, loopback.preloaded_children():
+        with _loopback_only(), session, loopback.preloaded_children(), _few_malloc_arenas():
             ray.init(
                 address="local",  # never RAY_ADDRESS: no address means "start one here"
                 num_cpus=num_cpus,
@@ -223,6 +225,37 @@ class _loopback_only:  # pylint: disable=invalid-name
             os.environ[_LOOPBACK_SWITCH] = self._saved_env
         if self._saved_const is not None:
             self._constants.ENABLE_RAY_CLUSTER = self._saved_const
+        return False
+
+
+# glibc's malloc gives threads that allocate at the same time arenas of their
+# own, up to 8 per core, and keeps every arena it made. The GCS and raylet,
+# whose many gRPC threads allocate small messages, grew 6-7% over a 30-minute
+# D4PG soak (gcs 50 -> 53 MiB, raylet 35 -> 37 MiB) and kept growing; with two
+# arenas both stayed flat (gcs 41, raylet 27 MiB from minute 3 to 30).
+_DAEMON_MALLOC_ARENAS = "2"
+
+
+class _few_malloc_arenas:  # pylint: disable=invalid-name
+    """Ray's daemons started inside the block use two malloc arenas; rlplat's workers keep glibc's default.
+
+    The variable is read when a program starts, so it is set only while
+    ``ray.init`` spawns the GCS, raylet and agents. The raylet would pass it
+    on to every worker, so workers get glibc's own default (8 per core) back
+    through their ``runtime_env`` (``process.WORKER_ENV_OVERRIDES``). A value
+    the user set is left alone, for daemons and workers alike.
+    """
+
+    def __enter__(self):
+        self._set = "MALLOC_ARENA_MAX" not in os.environ
+        if self._set:
+            os.environ["MALLOC_ARENA_MAX"] = _DAEMON_MALLOC_ARENAS
+            process.WORKER_ENV_OVERRIDES["MALLOC_ARENA_MAX"] = str(8 * (os.cpu_count() or 1))
+        return self
+
+    def __exit__(self, *exc_info):
+        if self._set:
+            os.environ.pop("MALLOC_ARENA_MAX", None)
         return False
 
 

@@ -23,6 +23,12 @@ from typing import Dict, Optional
 _ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
+# Set by the code that started the Ray instance, for every worker it then
+# places: e.g. glibc's default malloc arenas back, where the daemons got fewer
+# (see ``cluster._few_malloc_arenas``).
+WORKER_ENV_OVERRIDES: Dict[str, str] = {}
+
+
 def runtime_env(role: str, cpu_only: bool = True, threads: Optional[int] = None) -> Dict[str, dict]:
     """Ray ``runtime_env`` for a worker of ``role`` ("actor", "learner", ...).
 
@@ -43,6 +49,7 @@ def runtime_env(role: str, cpu_only: bool = True, threads: Optional[int] = None)
     })
     if cpu_only:
         env["CUDA_VISIBLE_DEVICES"] = ""
+    env.update(WORKER_ENV_OVERRIDES)
     return {"env_vars": env}
 
 

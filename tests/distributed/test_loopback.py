@@ -201,11 +201,26 @@ def _check_token_auth(run, gcs):
     assert ray_auth.requires_token(address.group(1), int(address.group(2))) is True
 
 
+def _check_malloc_arenas(run):
+    """Ray's GCS and raylet run with 2 malloc arenas (they grew without), rlplat's workers with glibc's default."""
+    arenas = {}
+    for proc in run.processes():
+        words = " ".join(proc.cmdline())
+        role = next((r for r in ("gcs_server", "raylet/raylet", "ray::LearnerWorker", "ray::ActorWorker")
+                     if r in words), None)
+        if role:
+            arenas.setdefault(role, set()).add(proc.environ().get("MALLOC_ARENA_MAX"))
+    assert arenas.get("gcs_server") == {"2"} and arenas.get("raylet/raylet") == {"2"}, arenas
+    default = str(8 * os.cpu_count())
+    assert arenas.get("ray::LearnerWorker") == {default} and arenas.get("ray::ActorWorker") == {default}, arenas
+
+
 @pytest.mark.slow
-def test_local_run_listens_only_on_loopback_and_requires_a_token(tmp_path):
+def test_local_run_listens_only_on_loopback_requires_a_token_and_bounds_daemon_arenas(tmp_path):
     run, gcs, _ = _check_run(tmp_path, [], expect_two_listeners=["ray::LearnerWorker"])
     try:
         _check_token_auth(run, gcs)
+        _check_malloc_arenas(run)
         assert "loopback_bind.so is missing" not in run.output()
     finally:
         run.stop()
