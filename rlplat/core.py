@@ -9,12 +9,41 @@ from __future__ import annotations
 
 import abc
 import time
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 import dm_env
 import numpy as np
 
+if TYPE_CHECKING:  # names for annotations only: this module imports neither TF nor Reverb
+    import reverb
+    import tensorflow as tf
+
+    from rlplat.replication import Replicator
+    from rlplat.specs import EnvironmentSpec
+
 Weights = Mapping[str, Sequence[np.ndarray]]
+# strategy.distribute_datasets_from_function's argument: one pipeline's batches.
+InputFn = Callable[["tf.distribute.InputContext"], "tf.data.Dataset"]
+
+
+class Adder(Protocol):
+    """Writes an actor's experience into replay, an episode at a time.
+
+    ``add(action, next_timestep, ...)`` is the agent's own (its actor knows
+    what extras go with a step); the layout needs only these.
+    """
+
+    def add_first(self, timestep: dm_env.TimeStep) -> None:
+        """Starts an episode at its first timestep."""
+
+    def reset(self) -> None:
+        """Drops a partly written episode (after an environment fault)."""
+
+    def flush(self) -> None:
+        """Sends what is buffered to the server."""
+
+    def close(self) -> None:
+        """Flushes and releases the connection."""
 
 
 class VariableSource(abc.ABC):
@@ -83,24 +112,32 @@ class AgentBuilder(abc.ABC):
     """
 
     @abc.abstractmethod
-    def make_replay_tables(self, environment_spec, num_actors: int) -> list:
+    def make_replay_tables(self, environment_spec: EnvironmentSpec, num_actors: int) -> List[reverb.Table]:
         """The Reverb tables (rate limiters validated for `num_actors`)."""
 
     @abc.abstractmethod
-    def make_adder(self, replay_address: str, environment_spec) -> Any:
+    def make_adder(self, replay_address: str, environment_spec: EnvironmentSpec) -> Adder:
         """The object an actor writes experience through."""
 
     @abc.abstractmethod
-    def make_learner(self, environment_spec, replicator, replay_address: str,
-                     logdir: Optional[str] = None) -> "Learner":
+    def make_input_fn(self, replay_address: str, environment_spec: EnvironmentSpec) -> InputFn:
+        """The learner's dataset: per-replica batches sampled from ``replay_address``.
+
+        ``make_learner`` distributes it (``replicator.distribute``); each input
+        pipeline sizes its batches from the ``InputContext`` it is given.
+        """
+
+    @abc.abstractmethod
+    def make_learner(self, environment_spec: EnvironmentSpec, replicator: Replicator, replay_address: str,
+                     logdir: Optional[str] = None) -> Learner:
         """The learner, its variables created under `replicator.scope()`."""
 
     @abc.abstractmethod
-    def make_actor(self, environment_spec, variable_source: VariableSource, adder: Any,
-                   actor_index: int, seed: int, evaluation: bool = False) -> Actor:
+    def make_actor(self, environment_spec: EnvironmentSpec, variable_source: VariableSource,
+                   adder: Optional[Adder], actor_index: int, seed: int, evaluation: bool = False) -> Actor:
         """An actor; `evaluation=True` means greedy and no adder."""
 
-    def make_policy_network(self, environment_spec) -> Tuple[Dict[str, Any], list]:
+    def make_policy_network(self, environment_spec: EnvironmentSpec) -> Tuple[Dict[str, Any], List[Any]]:
         """The acting network alone, built, for restoring a checkpoint's policy (``rlplat eval``).
 
         Returns ``(objects, variables)``: ``objects`` maps the learner's

@@ -20,10 +20,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from agents.d4pg.config import D4PGConfig
 from rlplat import core
+
+if TYPE_CHECKING:  # annotations only: building a builder imports neither TF nor Reverb
+    import reverb
+
+    from rlplat.replay.packing import TransitionPacking
+    from rlplat.replication import Replicator
+    from rlplat.specs import EnvironmentSpec
 
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 SIGMA_SCHEDULES = ("constant", "log")
@@ -58,7 +65,7 @@ class D4PGBuilder(core.AgentBuilder):
     rate_limiter_timeout_ms: int = 300_000
     pack_transitions: bool = True
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.config, D4PGConfig):
             raise TypeError(f"config must be a D4PGConfig (got {type(self.config).__name__})")
         if self.sigma_schedule not in SIGMA_SCHEDULES:
@@ -80,12 +87,12 @@ class D4PGBuilder(core.AgentBuilder):
         return sigma * (self.sigma_min / sigma) ** fraction
 
     # ------------------------------------------------------------------ replay
-    def _signature(self, environment_spec):
+    def _signature(self, environment_spec: EnvironmentSpec) -> Any:
         from rlplat.replay.signature import transition_signature  # pylint: disable=g-import-not-at-top
 
         return transition_signature(environment_spec.observations, environment_spec.actions)
 
-    def make_packing(self, environment_spec):
+    def make_packing(self, environment_spec: EnvironmentSpec) -> Optional[TransitionPacking]:
         """The ``TransitionPacking`` of replay items, or None when unpacked."""
         if not self.pack_transitions:
             return None
@@ -94,13 +101,13 @@ class D4PGBuilder(core.AgentBuilder):
         return TransitionPacking.from_specs(environment_spec.observations,
                                             environment_spec.actions)
 
-    def _table_signature(self, environment_spec):
+    def _table_signature(self, environment_spec: EnvironmentSpec) -> Any:
         packing = self.make_packing(environment_spec)
         if packing is None:
             return self._signature(environment_spec)
         return packing.table_signature
 
-    def make_replay_tables(self, environment_spec, num_actors: int) -> list:
+    def make_replay_tables(self, environment_spec: EnvironmentSpec, num_actors: int) -> List[reverb.Table]:
         """One uniform FIFO table, rate-limited to ``samples_per_insert``.
 
         The limiter is validated against the global batch and ``num_actors``
@@ -118,7 +125,7 @@ class D4PGBuilder(core.AgentBuilder):
         return [tables.make_uniform_table(self.replay_table, cfg.max_replay_size, limiter,
                                           self._table_signature(environment_spec))]
 
-    def make_adder(self, replay_address: str, environment_spec) -> Any:
+    def make_adder(self, replay_address: str, environment_spec: EnvironmentSpec) -> core.Adder:
         """An n-step transition adder (discount already includes gamma^n)."""
         import reverb  # pylint: disable=g-import-not-at-top
 
@@ -130,7 +137,17 @@ class D4PGBuilder(core.AgentBuilder):
                                     packing=self.make_packing(environment_spec))
 
     # ----------------------------------------------------------------- learner
-    def make_learner(self, environment_spec, replicator, replay_address: str,
+    def make_input_fn(self, replay_address: str, environment_spec: EnvironmentSpec) -> core.InputFn:
+        """Global batches of (packed) n-step transitions, split over the input pipelines."""
+        from rlplat.replay import datasets  # pylint: disable=g-import-not-at-top
+
+        return datasets.make_input_fn(
+            replay_address, self.replay_table, self.config.global_batch_size,
+            signature=self._signature(environment_spec),
+            packing=self.make_packing(environment_spec),
+            rate_limiter_timeout_ms=self.rate_limiter_timeout_ms)
+
+    def make_learner(self, environment_spec: EnvironmentSpec, replicator: Replicator, replay_address: str,
                      logdir: Optional[str] = None) -> core.Learner:
         """The learner, sampling global batches from ``replay_address``.
 
@@ -139,21 +156,16 @@ class D4PGBuilder(core.AgentBuilder):
         """
         del logdir
         from agents.d4pg.learning import D4PGLearner  # pylint: disable=g-import-not-at-top
-        from rlplat.replay import datasets  # pylint: disable=g-import-not-at-top
 
         cfg = self.config
-        input_fn = datasets.make_input_fn(
-            replay_address, self.replay_table, cfg.global_batch_size,
-            signature=self._signature(environment_spec),
-            packing=self.make_packing(environment_spec),
-            rate_limiter_timeout_ms=self.rate_limiter_timeout_ms)
+        input_fn = self.make_input_fn(replay_address, environment_spec)
         return D4PGLearner(cfg, environment_spec, replicator, replicator.distribute(input_fn),
                            steps_per_call=self.steps_per_call, jit_compile=self.jit_compile,
                            replay_address=replay_address, replay_table=self.replay_table,
                            rate_limiter_timeout_ms=self.rate_limiter_timeout_ms)
 
     # ------------------------------------------------------------------ policy
-    def make_policy_network(self, environment_spec):
+    def make_policy_network(self, environment_spec: EnvironmentSpec) -> Tuple[Dict[str, Any], List[Any]]:
         """``{"policy": network}`` and its variables, as ``D4PGLearner`` checkpoints and serves them."""
         import numpy as np  # pylint: disable=g-import-not-at-top
         import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -167,8 +179,9 @@ class D4PGBuilder(core.AgentBuilder):
         return {"policy": policy}, list(policy.variables)
 
     # ------------------------------------------------------------------- actor
-    def make_actor(self, environment_spec, variable_source: core.VariableSource, adder: Any,
-                   actor_index: int, seed: int, evaluation: bool = False) -> core.Actor:
+    def make_actor(self, environment_spec: EnvironmentSpec, variable_source: core.VariableSource,
+                   adder: Optional[core.Adder], actor_index: int, seed: int,
+                   evaluation: bool = False) -> core.Actor:
         """A NumPy-policy actor; greedy and adder-free when ``evaluation``."""
         from agents.d4pg import acting  # pylint: disable=g-import-not-at-top
 

@@ -9,10 +9,16 @@ growing. The builder holds only frozen values, so it pickles cheaply.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from agents.impala.config import IMPALAConfig
 from rlplat import core
+
+if TYPE_CHECKING:  # annotations only: building a builder imports neither TF nor Reverb
+    import reverb
+
+    from rlplat.replication import Replicator
+    from rlplat.specs import EnvironmentSpec
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,7 +40,7 @@ class IMPALABuilder(core.AgentBuilder):
     rate_limiter_timeout_ms: int = 300_000
     insert_timeout_s: float = 300.0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if not isinstance(self.config, IMPALAConfig):
             raise TypeError(f"config must be an IMPALAConfig (got {type(self.config).__name__})")
         for name in ("steps_per_call", "rate_limiter_timeout_ms"):
@@ -44,7 +50,7 @@ class IMPALABuilder(core.AgentBuilder):
             raise ValueError(f"insert_timeout_s must be > 0 (got {self.insert_timeout_s})")
 
     # ------------------------------------------------------------------ replay
-    def signature(self, environment_spec):
+    def signature(self, environment_spec: EnvironmentSpec) -> Any:
         """The queue's ``SequenceStep`` signature for ``environment_spec``."""
         from agents.impala import acting  # pylint: disable=g-import-not-at-top
         from rlplat.replay.sequence_signature import sequence_signature  # pylint: disable=g-import-not-at-top
@@ -54,7 +60,7 @@ class IMPALABuilder(core.AgentBuilder):
                                   acting.extras_spec(environment_spec, self.config),
                                   self.config.unroll_length)
 
-    def make_replay_tables(self, environment_spec, num_actors: int) -> list:
+    def make_replay_tables(self, environment_spec: EnvironmentSpec, num_actors: int) -> List[reverb.Table]:
         """One bounded FIFO queue of ``queue_size`` unrolls (``num_actors`` is not needed)."""
         del num_actors
         from rlplat.replay import tables  # pylint: disable=g-import-not-at-top
@@ -62,7 +68,7 @@ class IMPALABuilder(core.AgentBuilder):
         return [tables.make_queue_table(self.replay_table, self.config.queue_size,
                                         self.signature(environment_spec))]
 
-    def make_adder(self, replay_address: str, environment_spec) -> Any:
+    def make_adder(self, replay_address: str, environment_spec: EnvironmentSpec) -> core.Adder:
         """A ``SequenceAdder`` writing unrolls of ``unroll_length`` to the queue."""
         import reverb  # pylint: disable=g-import-not-at-top
 
@@ -73,7 +79,7 @@ class IMPALABuilder(core.AgentBuilder):
                              insert_timeout_s=self.insert_timeout_s)
 
     # ----------------------------------------------------------------- learner
-    def make_dataset(self, replay_address: str, environment_spec, batch_size: int):
+    def make_dataset(self, replay_address: str, environment_spec: EnvironmentSpec, batch_size: int) -> Any:
         """Batches of ``batch_size`` unrolls from the queue, in FIFO order."""
         from rlplat.replay import datasets  # pylint: disable=g-import-not-at-top
 
@@ -85,25 +91,30 @@ class IMPALABuilder(core.AgentBuilder):
             rate_limiter_timeout_ms=self.rate_limiter_timeout_ms,
             max_in_flight_samples_per_worker=batch_size, num_workers_per_iterator=1, prefetch=1)
 
-    def make_learner(self, environment_spec, replicator, replay_address: str,
+    def make_input_fn(self, replay_address: str, environment_spec: EnvironmentSpec) -> core.InputFn:
+        """Per-replica batches of unrolls from the queue (``make_dataset``)."""
+
+        def input_fn(input_context: Any) -> Any:
+            per_replica = input_context.get_per_replica_batch_size(self.config.global_batch_size)
+            return self.make_dataset(replay_address, environment_spec, per_replica)
+
+        return input_fn
+
+    def make_learner(self, environment_spec: EnvironmentSpec, replicator: Replicator, replay_address: str,
                      logdir: Optional[str] = None) -> core.Learner:
         """The learner, sampling global batches of unrolls from ``replay_address``."""
         del logdir  # The caller owns logs and checkpoints (``learner.checkpointables()``).
         from agents.impala.learning import IMPALALearner  # pylint: disable=g-import-not-at-top
 
         cfg = self.config
-
-        def input_fn(input_context):
-            per_replica = input_context.get_per_replica_batch_size(cfg.global_batch_size)
-            return self.make_dataset(replay_address, environment_spec, per_replica)
-
+        input_fn = self.make_input_fn(replay_address, environment_spec)
         return IMPALALearner(cfg, environment_spec, replicator, replicator.distribute(input_fn),
                              steps_per_call=self.steps_per_call, replay_address=replay_address,
                              replay_table=self.replay_table,
                              rate_limiter_timeout_ms=self.rate_limiter_timeout_ms)
 
     # ------------------------------------------------------------------ policy
-    def make_policy_network(self, environment_spec):
+    def make_policy_network(self, environment_spec: EnvironmentSpec) -> Tuple[Dict[str, Any], List[Any]]:
         """``{"network": network}`` and ``networks.acting_variables``, as ``IMPALALearner`` has them.
 
         The value head comes along (it is part of the one checkpointed
@@ -115,8 +126,9 @@ class IMPALABuilder(core.AgentBuilder):
         return {"network": network}, networks.acting_variables(network)
 
     # ------------------------------------------------------------------- actor
-    def make_actor(self, environment_spec, variable_source: core.VariableSource, adder: Any,
-                   actor_index: int, seed: int, evaluation: bool = False) -> core.Actor:
+    def make_actor(self, environment_spec: EnvironmentSpec, variable_source: core.VariableSource,
+                   adder: Optional[core.Adder], actor_index: int, seed: int,
+                   evaluation: bool = False) -> core.Actor:
         """A NumPy-policy actor; greedy and adder-free when ``evaluation``."""
         del actor_index  # Every actor samples from the same policy.
         from agents.impala import acting  # pylint: disable=g-import-not-at-top
