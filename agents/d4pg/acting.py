@@ -3,9 +3,9 @@
 TensorFlow never runs per step here: at batch 1 a tf.function call costs
 ~450 us against ~20-35 us for the same MLP in NumPy (measured on the
 project's 2-core CPUs), so
-the actor mirrors the learner's policy weights into NumPy arrays and replays
-the network's ops (the op list comes from ``networks.policy_to_numpy``, so the
-two cannot drift).
+the actor runs the learner's policy weights in NumPy
+(``rlplat.utils.numpy_layers``: the op list is read from the Keras policy's
+own layers, so the two cannot drift).
 
 Weights are pulled from a ``VariableSource`` before the first action (a
 blocking wait with a timeout: no random policy ever acts, also after a
@@ -20,8 +20,8 @@ import dm_env
 import numpy as np
 
 from rlplat import core
+from rlplat.utils import numpy_layers
 
-_ZERO = np.float32(0.0)
 _ONE = np.float32(1.0)
 
 
@@ -39,81 +39,7 @@ def policy_template(environment_spec: Any, layer_sizes: Sequence[int]) -> List[D
     action_size = int(np.prod(environment_spec.actions.shape))
     policy = networks.make_policy_network(action_size, layer_sizes)
     policy(tf.zeros((1, obs_size)))
-    return networks.policy_to_numpy(policy)
-
-
-class NumpyPolicy:
-    """``numpy_policy_forward`` specialised for one observation at a time.
-
-    Same ops as ``networks.numpy_policy_forward`` (a test checks equality),
-    with fewer temporaries: LayerNorm's variance is one dot product and elu is
-    three ufunc calls. ~20 us instead of ~32 us for the default 256x3 policy.
-    """
-
-    def __init__(self, template: List[Dict[str, Any]]):
-        self._template = template
-        self.action_shape = tuple([op for op in template if op["op"] == "dense"][-1]["b"].shape)
-        self._ops: List[tuple] = []
-        self.load([a for op in template for a in _op_arrays(op)])
-
-    def load(self, arrays: Sequence[np.ndarray]) -> None:
-        """Fills the ops with ``arrays`` (in ``policy.variables`` order)."""
-        expected = sum(len(_op_arrays(op)) for op in self._template)
-        if len(arrays) != expected:
-            raise ValueError(f"policy weights: got {len(arrays)} arrays, the network has "
-                             f"{expected}; actor and learner were built from different configs")
-        ops, i = [], 0
-        for op in self._template:
-            kind = op["op"]
-            if kind == "dense":
-                w, b = (np.asarray(a, np.float32) for a in arrays[i:i + 2])
-                if w.shape != op["w"].shape or b.shape != op["b"].shape:
-                    raise ValueError(f"policy weights: dense shape {w.shape} != {op['w'].shape}; "
-                                     f"actor and learner were built from different configs")
-                ops.append(("dense", w, b, op["act"]))
-                i += 2
-            elif kind == "layer_norm":
-                gamma, beta = (np.asarray(a, np.float32) for a in arrays[i:i + 2])
-                inv_n = np.full(gamma.shape, 1.0 / gamma.size, np.float32)
-                ops.append(("layer_norm", gamma, beta, np.float32(op["eps"]), inv_n))
-                i += 2
-            else:
-                ops.append(("act", op["act"]))
-        self._ops = ops
-
-    def __call__(self, obs: np.ndarray) -> np.ndarray:
-        # Every NumPy call costs ~0.3-1 us at this size, so the count of calls
-        # is what matters: np.dot beats `@`, a dot with 1/n beats .mean(), and
-        # elu(x) == max(x, expm1(min(x, 0))) because expm1(x) >= x.
-        x = np.asarray(obs, np.float32).reshape(-1)
-        for op in self._ops:
-            kind = op[0]
-            if kind == "dense":
-                x = np.dot(x, op[1])
-                x += op[2]
-                act = op[3]
-            elif kind == "layer_norm":
-                inv_n = op[4]
-                x = x - np.dot(x, inv_n)
-                x *= op[1] / np.sqrt(np.dot(x, x) * inv_n[0] + op[3])
-                x += op[2]
-                continue
-            else:
-                act = op[1]
-            if act == "tanh":
-                np.tanh(x, out=x)
-            elif act == "elu":
-                y = np.expm1(np.minimum(x, _ZERO))
-                x = np.maximum(x, y, out=y)
-        return x
-
-
-def _op_arrays(op: Dict[str, Any]) -> list:
-    if op["op"] == "dense":
-        return [op["w"], op["b"]]
-    if op["op"] == "layer_norm":
-        return [op["gamma"], op["beta"]]
-    return []
+    return numpy_layers.export_layers(policy.layers)
 
 
 class D4PGActor(core.PullingActor):
@@ -147,11 +73,11 @@ class D4PGActor(core.PullingActor):
         if sigma < 0:
             raise ValueError(f"sigma must be >= 0 (got {sigma})")
         super().__init__(variable_source, variable_update_period, wait_timeout_s)
-        self._policy = NumpyPolicy(template)
+        self._policy = numpy_layers.NumpyForward(template)
         self._adder = adder
         self._sigma = 0.0 if evaluation else float(sigma)
         self._rng = np.random.default_rng(seed)
-        self._noise = np.zeros((0,) + self._policy.action_shape, np.float32)
+        self._noise = np.zeros((0,) + (self._policy.output_size,), np.float32)
         self._noise_index = 0
 
     @property
@@ -174,7 +100,7 @@ class D4PGActor(core.PullingActor):
         # costs about as much as a small layer of the policy.
         if self._noise_index >= len(self._noise):
             self._noise = self._rng.normal(
-                0.0, self._sigma, (1024,) + self._policy.action_shape).astype(np.float32)
+                0.0, self._sigma, (1024,) + (self._policy.output_size,)).astype(np.float32)
             self._noise_index = 0
         noise = self._noise[self._noise_index]
         self._noise_index += 1

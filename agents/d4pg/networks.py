@@ -1,4 +1,4 @@
-"""D4PG networks (tf.keras / Keras 2) and a NumPy copy of the policy forward pass.
+"""D4PG networks (tf.keras / Keras 2).
 
 Shapes follow Acme's D4PG control networks:
 
@@ -11,15 +11,14 @@ Shapes follow Acme's D4PG control networks:
 
 Actors run the policy at batch 1, where even a tf.function call costs ~430 us
 (eager Keras ~3 ms) against ~60 us for plain NumPy (default sizes, 2-core dev
-box), so ``policy_to_numpy`` exports the weights and ``numpy_policy_forward``
-replays exactly the same computation.
+box), so they run it through ``rlplat.utils.numpy_layers``, which reads the
+ops from this Keras policy's layers.
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Sequence
+from typing import Any, List, Sequence
 
-import numpy as np
 import tensorflow as tf
 
 # Sonnet's LayerNorm epsilon (Acme's networks are Sonnet); Keras' default is 1e-3.
@@ -160,77 +159,3 @@ def make_critic_network(num_atoms: int, layer_sizes: Sequence[int],
                         init_mode: str = "fan_out") -> CriticNetwork:
     """Distributional critic taking ``(obs, action)``; see ``CriticNetwork``."""
     return CriticNetwork(num_atoms, layer_sizes, v_min, v_max, init_mode=init_mode)
-
-
-# --- NumPy policy -----------------------------------------------------------
-
-_NUMPY_ACTIVATIONS = ("linear", "tanh", "elu")
-
-
-def _activation_name(fn: Any) -> str:
-    name = getattr(fn, "__name__", str(fn))
-    if name not in _NUMPY_ACTIVATIONS:
-        raise ValueError(f"policy_to_numpy: unsupported activation {name!r}")
-    return name
-
-
-def policy_to_numpy(policy_model: tf.keras.Sequential) -> List[Dict[str, Any]]:
-    """Exports a built policy as a picklable list of NumPy ops.
-
-    Each op is a dict: ``{"op": "dense", "w", "b", "act"}``,
-    ``{"op": "layer_norm", "gamma", "beta", "eps"}`` or ``{"op": "act", "act"}``.
-    Walking the model's own layers (rather than assuming the architecture)
-    means the NumPy pass cannot drift from the Keras one; unknown layers raise.
-    """
-    if not policy_model.built:
-        raise ValueError("policy model is not built; call it on a batch of "
-                         "observations before policy_to_numpy")
-    params: List[Dict[str, Any]] = []
-    for layer in policy_model.layers:
-        if isinstance(layer, tf.keras.layers.Dense):
-            w = layer.kernel.numpy()
-            b = layer.bias.numpy() if layer.use_bias else np.zeros(w.shape[1], np.float32)
-            params.append({"op": "dense", "w": np.array(w, np.float32),
-                           "b": np.array(b, np.float32),
-                           "act": _activation_name(layer.activation)})
-        elif isinstance(layer, tf.keras.layers.LayerNormalization):
-            if list(layer.axis) != [1] or not (layer.center and layer.scale):
-                raise ValueError("policy_to_numpy: only last-axis LayerNorm "
-                                 "with scale and center is supported")
-            gamma, beta = layer.get_weights()
-            params.append({"op": "layer_norm", "gamma": np.array(gamma, np.float32),
-                           "beta": np.array(beta, np.float32),
-                           "eps": float(layer.epsilon)})
-        elif isinstance(layer, tf.keras.layers.Activation):
-            params.append({"op": "act", "act": _activation_name(layer.activation)})
-        else:
-            raise ValueError(f"policy_to_numpy: unsupported layer {layer.name!r} "
-                             f"({type(layer).__name__})")
-    return params
-
-
-def _apply_activation(x: np.ndarray, act: str) -> np.ndarray:
-    if act == "tanh":
-        return np.tanh(x)
-    if act == "elu":
-        # expm1 on min(x, 0) avoids overflow warnings on the unused branch.
-        return np.where(x > 0, x, np.expm1(np.minimum(x, 0)))
-    return x
-
-
-def numpy_policy_forward(params: List[Dict[str, Any]], obs: np.ndarray) -> np.ndarray:
-    """Runs the exported policy: obs [O] or [B, O] -> action [A] or [B, A] (float32)."""
-    x = np.asarray(obs, np.float32)
-    for p in params:
-        op = p["op"]
-        if op == "dense":
-            x = _apply_activation(x @ p["w"] + p["b"], p["act"])
-        elif op == "layer_norm":
-            mean = x.mean(axis=-1, keepdims=True)
-            var = np.square(x - mean).mean(axis=-1, keepdims=True)
-            x = (x - mean) / np.sqrt(var + p["eps"]) * p["gamma"] + p["beta"]
-        elif op == "act":
-            x = _apply_activation(x, p["act"])
-        else:
-            raise ValueError(f"numpy_policy_forward: unknown op {op!r}")
-    return x.astype(np.float32, copy=False)

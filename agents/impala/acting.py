@@ -59,10 +59,8 @@ def action_spec_for_replay(environment_spec: Any) -> specs.Array:
 
 
 def make_numpy_policy(environment_spec: Any, config: Any) -> networks.NumpyPolicy:
-    """An empty NumPy policy shaped for ``config`` (weights come from the learner)."""
-    discrete = isinstance(environment_spec.actions, specs.DiscreteArray)
-    return networks.NumpyPolicy(len(config.layer_sizes), config.core == "lstm", discrete,
-                                config.normalize_observations)
+    """A NumPy policy shaped for ``config``, read from a fresh Keras network (weights come from the learner)."""
+    return networks.NumpyPolicy.for_network(networks.make_network(environment_spec, config))
 
 
 def _tanh_log_det_jacobian(u: np.ndarray) -> float:

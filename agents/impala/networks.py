@@ -1,4 +1,4 @@
-"""IMPALA networks (tf.keras / Keras 2) and a NumPy copy of the acting path.
+"""IMPALA networks (tf.keras / Keras 2) and their acting path in NumPy.
 
 One network, shared torso, two heads::
 
@@ -18,16 +18,18 @@ One network, shared torso, two heads::
   recurrent state the actor acted with.
 
 Actors act at batch 1, where a TF call costs ~450 us and NumPy ~10-30 us
-(measured on 2-core CPUs): ``NumpyPolicy`` replays the acting path (torso, core,
-policy head; no value head) from ``acting_variables(network)`` in NumPy.
+(measured on 2-core CPUs): ``NumpyPolicy`` runs the acting path (torso, core,
+policy head; no value head) in NumPy, its ops read from the layers (``numpy_layers``).
 """
 
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
+
+from rlplat.utils import numpy_layers
 
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 1.0
 # Observation normalisation: (obs - mean) / sqrt(var + eps), clipped.
@@ -250,70 +252,56 @@ def acting_variables(network: IMPALANetwork) -> List[tf.Variable]:
     return out
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    # Split by sign so exp never overflows.
-    out = np.empty_like(x)
-    pos = x >= 0
-    out[pos] = 1.0 / (1.0 + np.exp(-x[pos]))
-    e = np.exp(x[~pos])
-    out[~pos] = e / (1.0 + e)
-    return out
+def acting_layers(network: IMPALANetwork) -> List[tf.keras.layers.Layer]:
+    """The Keras layers actors run after normalising: torso, core, policy head."""
+    return [*network.torso, *([network.lstm] if network.lstm is not None else []), network.policy_head]
 
 
 class NumpyPolicy:
     """The acting path of an ``IMPALANetwork`` in NumPy, one observation at a time.
 
+    Observation normalisation (IMPALA's own), then the torso, core and policy
+    head as ``rlplat.utils.numpy_layers`` ops read from the network's layers.
+
     Args:
-      num_torso_layers: number of torso Dense layers.
-      lstm: whether there is an LSTM core.
+      template: ``numpy_layers.export_layers(acting_layers(network))``.
       discrete: categorical (logits) or Gaussian (mean, log_std) head.
       normalize_observations: whether the weights start with the observation
         mean and variance (``IMPALANetwork.normalize_observations``).
     """
 
-    def __init__(self, num_torso_layers: int, lstm: bool, discrete: bool,
-                 normalize_observations: bool = False):
-        self._num_torso = int(num_torso_layers)
-        self._lstm = bool(lstm)
+    def __init__(self, template: Sequence[Dict[str, Any]], discrete: bool, normalize_observations: bool = False):
+        self._forward = numpy_layers.NumpyForward(template)
         self._normalize = bool(normalize_observations)
         self.discrete = bool(discrete)
+        self.state_size = self._forward.state_size
         self._moments: Optional[Tuple[np.ndarray, np.ndarray]] = None
-        self._torso: List[Tuple[np.ndarray, np.ndarray]] = []
-        self._core: Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]] = None
-        self._head: Optional[Tuple[np.ndarray, np.ndarray]] = None
-        self.state_size = 0
 
     @classmethod
     def for_network(cls, network: IMPALANetwork) -> "NumpyPolicy":
         """A policy shaped like ``network``, loaded with its current weights."""
-        policy = cls(len(network.torso), network.lstm is not None, network.discrete,
+        policy = cls(numpy_layers.export_layers(acting_layers(network)), network.discrete,
                      network.normalize_observations)
         policy.load([v.numpy() for v in acting_variables(network)])
         return policy
 
     @property
     def num_arrays(self) -> int:
-        return (2 if self._normalize else 0) + 2 * self._num_torso + (3 if self._lstm else 0) + 2
+        return (2 if self._normalize else 0) + self._forward.num_arrays
 
     def load(self, arrays: Sequence[np.ndarray]) -> None:
         """Takes arrays in ``acting_variables`` order."""
         if len(arrays) != self.num_arrays:
             raise ValueError(f"policy weights: got {len(arrays)} arrays, the network has "
                              f"{self.num_arrays}; actor and learner were built from different configs")
-        arrays = [np.asarray(a, np.float32) for a in arrays]
         if self._normalize:
-            self._moments, arrays = (arrays[0], arrays[1]), arrays[2:]
-        self._torso = [(arrays[2 * i], arrays[2 * i + 1]) for i in range(self._num_torso)]
-        i = 2 * self._num_torso
-        if self._lstm:
-            self._core = (arrays[i], arrays[i + 1], arrays[i + 2])
-            self.state_size = 2 * arrays[i + 1].shape[0]
-            i += 3
-        self._head = (arrays[i], arrays[i + 1])
+            self._moments = (np.asarray(arrays[0], np.float32), np.asarray(arrays[1], np.float32))
+            arrays = arrays[2:]
+        self._forward.load(arrays)
 
     def initial_state(self) -> Optional[np.ndarray]:
         """Zero core state [2 * lstm_size], or None for an MLP."""
-        return np.zeros(self.state_size, np.float32) if self._lstm else None
+        return self._forward.initial_state()
 
     def __call__(self, observation: np.ndarray, state: Optional[np.ndarray] = None):
         """Returns ``(policy_outputs [P], next_state)`` (next_state None for an MLP).
@@ -324,26 +312,4 @@ class NumpyPolicy:
         x = np.asarray(observation, np.float32).reshape(-1)
         if self._normalize:
             x = normalize_numpy(x, *self._moments)
-        for w, b in self._torso:
-            x = np.dot(x, w)
-            x += b
-            np.maximum(x, 0.0, out=x)
-        next_state = None
-        if self._lstm:
-            kernel, recurrent, bias = self._core
-            units = recurrent.shape[0]
-            h, c = state[:units], state[units:]
-            z = np.dot(x, kernel) + np.dot(h, recurrent) + bias
-            # Keras gate order: input, forget, cell candidate, output.
-            i = _sigmoid(z[:units])
-            f = _sigmoid(z[units:2 * units])
-            g = np.tanh(z[2 * units:3 * units])
-            o = _sigmoid(z[3 * units:])
-            c = f * c + i * g
-            h = o * np.tanh(c)
-            x = h
-            next_state = np.concatenate([h, c]).astype(np.float32)
-        w, b = self._head
-        out = np.dot(x, w)
-        out += b
-        return out, next_state
+        return self._forward.step(x, state)

@@ -8,8 +8,9 @@ import dm_env
 import numpy as np
 import pytest
 
-from agents.d4pg import acting, networks
+from agents.d4pg import acting
 from rlplat import core
+from rlplat.utils import numpy_layers
 
 from d4pg_testlib import ACT, OBS, SPEC
 
@@ -19,7 +20,7 @@ LAYERS = (16, 16)
 def _weights(template, scale=0.3, seed=0):
     rng = np.random.default_rng(seed)
     return [rng.normal(0, scale, a.shape).astype(np.float32)
-            for op in template for a in acting._op_arrays(op)]  # pylint: disable=protected-access
+            for op in template for a in numpy_layers.op_arrays(op)]
 
 
 class FakeSource(core.VariableSource):
@@ -58,12 +59,12 @@ def _forward(template, weights, obs):
         for key in keys:
             op[key] = weights[i]
             i += 1
-    return networks.numpy_policy_forward(params, obs)
+    return numpy_layers.forward(params, obs)[0]
 
 
 def test_numpy_policy_matches_the_reference_forward(template):
     weights = _weights(template, scale=0.2)
-    policy = acting.NumpyPolicy(template)
+    policy = numpy_layers.NumpyForward(template)
     policy.load(weights)
     obs = np.random.default_rng(1).normal(size=(20, OBS)).astype(np.float32)
     for o in obs:

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from agents.d4pg.networks import (make_atoms, make_critic_network, make_policy_network,
-                                  numpy_policy_forward, policy_to_numpy)
+from agents.d4pg.networks import make_atoms, make_critic_network, make_policy_network
+from rlplat.utils import numpy_layers
 
 OBS, ACT = 5, 3
 
@@ -74,15 +74,15 @@ def test_make_atoms_validates():
 def test_numpy_forward_matches_keras(layer_sizes):
     policy = _built_policy(layer_sizes, seed=2)
     _randomise(policy, scale=0.5, seed=3)
-    params = policy_to_numpy(policy)
+    params = numpy_layers.export_layers(policy.layers)
     params = pickle.loads(pickle.dumps(params))  # shipped to actors by value
     obs = np.random.default_rng(4).normal(0, 2, (32, OBS)).astype(np.float32)
     expected = policy(obs).numpy()
     assert np.abs(expected).max() > 0.1  # not a trivial all-zeros comparison
-    got = numpy_policy_forward(params, obs)
+    got = numpy_layers.forward(params, obs)[0]
     assert got.dtype == np.float32 and got.shape == (32, ACT)
     np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)
-    single = numpy_policy_forward(params, obs[0])  # actors step at batch 1, unbatched
+    single = numpy_layers.forward(params, obs[0])[0]  # actors step at batch 1, unbatched
     assert single.shape == (ACT,)
     np.testing.assert_allclose(single, expected[0], atol=1e-5, rtol=0)
 
@@ -91,21 +91,21 @@ def test_numpy_forward_tracks_weight_updates_only_after_re_export():
     policy = _built_policy(seed=5)
     _randomise(policy, scale=0.5, seed=6)
     obs = np.ones((2, OBS), np.float32)
-    old = policy_to_numpy(policy)
+    old = numpy_layers.export_layers(policy.layers)
     _randomise(policy, scale=0.5, seed=7)
     # The export is a snapshot (copies), not a view of the live variables.
-    assert not np.allclose(numpy_policy_forward(old, obs), policy(obs).numpy(), atol=1e-5)
-    np.testing.assert_allclose(numpy_policy_forward(policy_to_numpy(policy), obs),
+    assert not np.allclose(numpy_layers.forward(old, obs)[0], policy(obs).numpy(), atol=1e-5)
+    np.testing.assert_allclose(numpy_layers.forward(numpy_layers.export_layers(policy.layers), obs)[0],
                                policy(obs).numpy(), atol=1e-5)
 
 
-def test_policy_to_numpy_rejects_unbuilt_and_unknown_layers():
+def test_export_rejects_unbuilt_and_unknown_layers():
     with pytest.raises(ValueError, match="not built"):
-        policy_to_numpy(make_policy_network(ACT, (8,)))
+        numpy_layers.export_layers(make_policy_network(ACT, (8,)).layers)
     odd = tf.keras.Sequential([tf.keras.layers.Dense(4), tf.keras.layers.Dropout(0.1)])
     odd(tf.zeros((1, OBS)))
     with pytest.raises(ValueError, match="unsupported layer"):
-        policy_to_numpy(odd)
+        numpy_layers.export_layers(odd.layers)
 
 
 def _torso_kernels(model):

@@ -93,6 +93,6 @@ def test_initial_gaussian_log_std_and_separate_value_torso():
 
 def test_numpy_policy_rejects_weights_of_another_config():
     net = networks.make_network(DISCRETE_SPEC, small_config(core="lstm"))
-    policy = networks.NumpyPolicy(2, lstm=False, discrete=True)
+    policy = networks.NumpyPolicy.for_network(networks.make_network(DISCRETE_SPEC, small_config(core="mlp")))
     with pytest.raises(ValueError, match="different configs"):
         policy.load([v.numpy() for v in networks.acting_variables(net)])
