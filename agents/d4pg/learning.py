@@ -33,22 +33,20 @@ hung helper thread is a daemon and is abandoned: the learner is finished).
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, Optional
 
 import numpy as np
 import tensorflow as tf
 
 from agents.d4pg import networks
 from agents.d4pg.config import D4PGConfig
-from rlplat import core
 from rlplat import replication
 from rlplat.losses import distributional
 from rlplat.losses import dpg
 from rlplat.replay import datasets as replay_datasets
+from rlplat.replay_fed_learner import ReplayFedLearner
 from rlplat.utils import nonfinite
 from rlplat.utils.optimizers import FusedAdam, apply_gradients_cross_replica
-from rlplat.utils import variable_export
-from rlplat.utils import watchdog
 
 # What the NaN guard watches (in this order) and what to change for each.
 _GUARDED = ("critic loss", "policy loss", "critic gradient", "policy gradient")
@@ -57,7 +55,7 @@ _FIXES = {"critic loss": "lower --critic-learning-rate", "critic gradient": "low
           "*": "check the rewards for NaN/Inf"}
 
 
-class D4PGLearner(core.Learner):
+class D4PGLearner(ReplayFedLearner):
     """Trains D4PG networks on batches of n-step ``Transition``s.
 
     Attributes:
@@ -66,6 +64,9 @@ class D4PGLearner(core.Learner):
       policy_optimizer, critic_optimizer: Keras 2 Adam optimizers.
       step_counter: int64 variable, learner steps taken (checkpointed).
     """
+
+    NAME = "D4PG"
+    FIXES = _FIXES
 
     def __init__(self,
                  config: D4PGConfig,
@@ -100,16 +101,11 @@ class D4PGLearner(core.Learner):
             error message when sampling runs dry.
           step_timeout_s: how long a call may run before the server is probed.
         """
-        if steps_per_call < 1:
-            raise ValueError(f"steps_per_call must be >= 1 (got {steps_per_call})")
+        super().__init__(replicator, iterator, steps_per_call=steps_per_call, replay_address=replay_address,
+                         replay_table=replay_table, rate_limiter_timeout_ms=rate_limiter_timeout_ms,
+                         step_timeout_s=step_timeout_s)
         replicator.per_replica_batch_size(config.global_batch_size)  # Divisible, or a clear error.
         self._config = config
-        self._repl = replicator
-        self._iterator = iterator
-        self._steps_per_call = int(steps_per_call)
-        self._replay = (replay_address, replay_table) if replay_address else None
-        self._rate_limiter_timeout_ms = rate_limiter_timeout_ms
-        self._step_timeout_s = float(step_timeout_s)
 
         obs_size = int(np.prod(environment_spec.observations.shape))
         action_size = int(np.prod(environment_spec.actions.shape))
@@ -142,11 +138,8 @@ class D4PGLearner(core.Learner):
         self._copy_targets()  # Targets start equal to the online networks (step 0).
 
         self._grads_fn = tf.function(self._losses_and_grads, jit_compile=jit_compile)
-        self._step = self._step_fn  # One bound-method object: the Replicator caches per step_fn.
         self._copy_fn = tf.function(self._copy_targets)
-        self._steps = variable_export.StepMirror(self.step_counter)
-        self._export = variable_export.VariableExport(self.policy.variables)
-        self._runner = watchdog.CallRunner()
+        self._serve(self.policy.variables)
 
     # ------------------------------------------------------------------- step
     def _losses_and_grads(self, batch):
@@ -229,42 +222,9 @@ class D4PGLearner(core.Learner):
         start = self.num_steps
         if start % period == 0 and start > 0:
             self._copy_fn()  # Hard update before the step at a multiple of the period.
-        n = min(self._steps_per_call, period - start % period)
-        try:
-            metrics = self._run(n)
-            self._guard.raise_if_tripped("D4PG", _FIXES)
-        except BaseException:
-            self._steps.invalidate()  # some of the n steps may have been skipped
-            raise
-        self._steps.set(start + n)
-        out = {k: float(v) for k, v in metrics.items()}
-        out["learner_steps"] = float(start + n)
-        return out
-
-    def _run(self, n: int) -> Dict[str, tf.Tensor]:
-        return watchdog.run_replay_fed(
-            self._runner, lambda: self._repl.run_steps(self._step, self._iterator, n),
-            self._replay, self._step_timeout_s, self._rate_limiter_timeout_ms)
+        return self._run_steps(min(self._steps_per_call, period - start % period))
 
     # -------------------------------------------------------------- variables
-    @property
-    def num_steps(self) -> int:
-        """Learner steps taken so far (restored with a checkpoint)."""
-        return self._steps.value
-
-    def get_variables(self, names: Sequence[str]) -> Tuple[int, Dict[str, list]]:
-        """(learner step, {"policy": [arrays in ``policy.variables`` order]}).
-
-        The NumPy export is cached per version, so many actors pulling between
-        two learner calls cost one device-to-host copy.
-        """
-        unknown = [n for n in names if n != "policy"]
-        if unknown:
-            raise ValueError(f"D4PGLearner serves only 'policy' variables (asked for {unknown})")
-        version = self.num_steps
-        arrays = self._export.get(version)
-        return version, {name: arrays for name in names}
-
     def checkpointables(self) -> Dict[str, Any]:
         """What a ``tf.train.Checkpoint`` must hold to resume exactly.
 

@@ -29,21 +29,19 @@ naming that step and the loss.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, Optional
 
 import tensorflow as tf
 
 from agents.impala import networks
 from agents.impala.config import IMPALAConfig
-from rlplat import core
 from rlplat import replication
 from rlplat.losses import policy_gradient as pg_losses
 from rlplat.losses.vtrace import vtrace
 from rlplat.replay import datasets as replay_datasets
 from rlplat.replay.sequence_signature import as_sequence_step
+from rlplat.replay_fed_learner import ReplayFedLearner
 from rlplat.utils import nonfinite
-from rlplat.utils import variable_export
-from rlplat.utils import watchdog
 from rlplat.utils.optimizers import FusedAdam, apply_gradients_cross_replica
 
 # What the NaN guard watches (in this order); each part is the global mean.
@@ -51,7 +49,7 @@ _GUARDED = ("policy-gradient loss", "baseline loss", "entropy loss", "gradient")
 _FIXES = {"*": "lower --learning-rate or check the rewards for NaN/Inf"}
 
 
-class IMPALALearner(core.Learner):
+class IMPALALearner(ReplayFedLearner):
     """Trains an ``IMPALANetwork`` on batches of ``SequenceStep`` unrolls.
 
     Args:
@@ -74,22 +72,20 @@ class IMPALALearner(core.Learner):
       dropped_counter: int64 variable, unrolls dropped for policy lag (checkpointed).
     """
 
+    NAME = "IMPALA"
+    FIXES = _FIXES
+
     def __init__(self, config: IMPALAConfig, environment_spec: Any,
                  replicator: replication.Replicator, iterator: Iterator, *,
                  steps_per_call: int = 4,
                  replay_address: Optional[str] = None, replay_table: Optional[str] = None,
                  rate_limiter_timeout_ms: int = replay_datasets.DEFAULT_RATE_LIMITER_TIMEOUT_MS,
                  step_timeout_s: float = 60.0):
-        if steps_per_call < 1:
-            raise ValueError(f"steps_per_call must be >= 1 (got {steps_per_call})")
+        super().__init__(replicator, iterator, steps_per_call=steps_per_call, replay_address=replay_address,
+                         replay_table=replay_table, rate_limiter_timeout_ms=rate_limiter_timeout_ms,
+                         step_timeout_s=step_timeout_s)
         replicator.per_replica_batch_size(config.global_batch_size)  # Divisible, or a clear error.
         self._config = config
-        self._repl = replicator
-        self._iterator = iterator
-        self._steps_per_call = int(steps_per_call)
-        self._replay = (replay_address, replay_table) if replay_address else None
-        self._rate_limiter_timeout_ms = rate_limiter_timeout_ms
-        self._step_timeout_s = float(step_timeout_s)
         with replicator.scope():
             self.network = networks.make_network(environment_spec, config)
             self.optimizer = FusedAdam(config.learning_rate, epsilon=config.adam_epsilon)
@@ -100,10 +96,7 @@ class IMPALALearner(core.Learner):
             self.dropped_counter = tf.Variable(0, name="dropped_unrolls", **counter)
             self._guard = nonfinite.NonFiniteGuard(_GUARDED)
         self._acting_variables = networks.acting_variables(self.network)
-        self._step = self._step_fn  # One bound-method object: the Replicator caches per step_fn.
-        self._steps = variable_export.StepMirror(self.step_counter)
-        self._export = variable_export.VariableExport(self._acting_variables)
-        self._runner = watchdog.CallRunner()
+        self._serve(self._acting_variables)
 
     # ------------------------------------------------------------------- loss
     def _per_step_losses(self, batch, keep):
@@ -245,46 +238,15 @@ class IMPALALearner(core.Learner):
             step; it and the rest of the call were skipped (weights unchanged).
           ReplayTimeoutError: replay ran dry past the timeout, or the server died.
         """
-        start = self.num_steps
-        try:
-            metrics = self._run(self._steps_per_call)
-            self._guard.raise_if_tripped("IMPALA", _FIXES)
-        except BaseException:
-            self._steps.invalidate()  # some of the steps may have been skipped
-            raise
-        self._steps.set(start + self._steps_per_call)
-        out = {k: float(v) for k, v in metrics.items()}
-        out["learner_steps"] = float(self.num_steps)
+        out = self._run_steps(self._steps_per_call)
         out["dropped_unrolls_total"] = float(self.dropped_counter.numpy())
         return out
 
-    def _run(self, n: int) -> Dict[str, tf.Tensor]:
-        return watchdog.run_replay_fed(
-            self._runner, lambda: self._repl.run_steps(self._step, self._iterator, n),
-            self._replay, self._step_timeout_s, self._rate_limiter_timeout_ms)
-
     # -------------------------------------------------------------- variables
-    @property
-    def num_steps(self) -> int:
-        """Learner steps taken so far (restored with a checkpoint)."""
-        return self._steps.value
-
     @property
     def num_dropped(self) -> int:
         """Unrolls dropped for policy lag so far (restored with a checkpoint)."""
         return int(self.dropped_counter.numpy())
-
-    def get_variables(self, names: Sequence[str]) -> Tuple[int, Dict[str, list]]:
-        """(learner step, {"policy": arrays in ``networks.acting_variables`` order}).
-
-        Cached per version: many actors pulling between two calls cost one copy.
-        """
-        unknown = [n for n in names if n != "policy"]
-        if unknown:
-            raise ValueError(f"IMPALALearner serves only 'policy' variables (asked for {unknown})")
-        version = self.num_steps
-        arrays = self._export.get(version)
-        return version, {name: arrays for name in names}
 
     def checkpointables(self) -> Dict[str, Any]:
         """Network, optimizer (slots and iterations) and both counters."""

@@ -1,0 +1,122 @@
+"""The scaffolding every replay-fed learner shares, so an agent writes only its step.
+
+A ``ReplayFedLearner`` runs ``steps_per_call`` replicated steps per call on
+batches from a Reverb-fed iterator, under the dead-server watchdog
+(``utils.watchdog.run_replay_fed``: a replay server that dies cannot hang the
+call), raises the NaN guard's one-line error after a call that skipped a
+non-finite step, counts learner steps in Python between calls
+(``utils.variable_export.StepMirror``: no TensorFlow op per read) and serves
+its policy variables to actors as NumPy arrays, one export per version
+(``utils.variable_export.VariableExport``).
+
+An agent's learner builds its networks, optimizers, ``step_counter`` and
+``NonFiniteGuard`` under ``replicator.scope()``, calls ``_serve`` with the
+variables actors need, and implements ``_step_fn`` (one replica's step,
+incrementing ``step_counter``), ``step`` and ``checkpointables``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple
+
+import tensorflow as tf
+
+from rlplat import core
+from rlplat.utils import nonfinite
+from rlplat.utils import variable_export
+from rlplat.utils import watchdog
+
+
+class ReplayFedLearner(core.Learner):
+    """Base of learners fed from replay through a ``Replicator``.
+
+    Args:
+      replicator: where the step runs.
+      iterator: per-replica batches (``replicator.distribute(input_fn)``).
+      steps_per_call: replicated steps per call (amortises ~1 ms of Python
+        dispatch per call).
+      replay_address, replay_table: enable the dead-server watchdog and the
+        "replay ran dry" translation; None for in-memory iterators.
+      rate_limiter_timeout_ms: the dataset's rate-limiter timeout, for the
+        error message when sampling runs dry.
+      step_timeout_s: how long a call may run before the server is probed.
+    """
+
+    #: The agent's name in the NaN guard's message ("D4PG: ...").
+    NAME = "learner"
+    #: Guarded part -> the flag to change when it goes non-finite ("*": any).
+    FIXES: Mapping[str, str] = {}
+
+    step_counter: tf.Variable
+    _guard: nonfinite.NonFiniteGuard
+
+    def __init__(self, replicator: Any, iterator: Iterator, *, steps_per_call: int,
+                 replay_address: Optional[str], replay_table: Optional[str],
+                 rate_limiter_timeout_ms: int, step_timeout_s: float):
+        if steps_per_call < 1:
+            raise ValueError(f"steps_per_call must be >= 1 (got {steps_per_call})")
+        self._repl = replicator
+        self._iterator = iterator
+        self._steps_per_call = int(steps_per_call)
+        self._replay = (replay_address, replay_table) if replay_address else None
+        self._rate_limiter_timeout_ms = rate_limiter_timeout_ms
+        self._step_timeout_s = float(step_timeout_s)
+        self._runner = watchdog.CallRunner()
+        self._steps: Optional[variable_export.StepMirror] = None
+        self._export: Optional[variable_export.VariableExport] = None
+        self._step = self._step_fn  # One bound-method object: the Replicator caches per step_fn.
+
+    def _serve(self, policy_variables: Sequence[tf.Variable]) -> None:
+        """Starts counting steps and serving ``policy_variables``; call once they exist."""
+        self._steps = variable_export.StepMirror(self.step_counter)
+        self._export = variable_export.VariableExport(list(policy_variables))
+
+    def _step_fn(self, batch: Any) -> Dict[str, tf.Tensor]:
+        """One replica's step on ``batch``; increments ``step_counter``; returns metrics."""
+        raise NotImplementedError
+
+    def _run_steps(self, n: int) -> Dict[str, float]:
+        """Runs ``n`` steps; returns the last step's metrics and ``learner_steps``.
+
+        Raises:
+          FloatingPointError: a guarded value was NaN/Inf at some step; it and
+            the rest of the call were skipped (weights unchanged since).
+          ReplayTimeoutError: replay ran dry past the timeout, or the server died.
+        """
+        start = self.num_steps
+        try:
+            metrics = watchdog.run_replay_fed(
+                self._runner, lambda: self._repl.run_steps(self._step, self._iterator, n),
+                self._replay, self._step_timeout_s, self._rate_limiter_timeout_ms)
+            self._guard.raise_if_tripped(self.NAME, dict(self.FIXES))
+        except BaseException:
+            self._mirror().invalidate()  # some of the n steps may have been skipped
+            raise
+        self._mirror().set(start + n)
+        out = {k: float(v) for k, v in metrics.items()}
+        out["learner_steps"] = float(start + n)
+        return out
+
+    def _mirror(self) -> variable_export.StepMirror:
+        if self._steps is None:
+            raise RuntimeError(f"{type(self).__name__} never called _serve()")
+        return self._steps
+
+    @property
+    def num_steps(self) -> int:
+        """Learner steps taken so far (restored with a checkpoint)."""
+        return self._mirror().value
+
+    def get_variables(self, names: Sequence[str]) -> Tuple[int, Dict[str, list]]:
+        """(learner step, {"policy": the served arrays}), cached per version.
+
+        Many actors pulling between two learner calls cost one device-to-host copy.
+        """
+        unknown = [n for n in names if n != "policy"]
+        if unknown:
+            raise ValueError(f"{type(self).__name__} serves only 'policy' variables (asked for {unknown})")
+        if self._export is None:
+            raise RuntimeError(f"{type(self).__name__} never called _serve()")
+        version = self.num_steps
+        arrays = self._export.get(version)
+        return version, {name: arrays for name in names}
