@@ -40,7 +40,9 @@ _STARTUP_BOUND_S = 420
 # The driver's own bounds after a signal add up to ~25 s; 4x that is a broken path.
 _EXIT_BOUND_S = 120
 # Processes of the run still alive this long after the CLI exited are leaks.
-_LEFTOVER_BOUND_S = 15
+# Measured 0.0 s; the margin is for a machine at load 30 and more, where one
+# file of this suite once failed without a message to tell which bound it hit.
+_LEFTOVER_BOUND_S = 60
 
 # Small networks and batches: the run is cheap, and only the stopping matters.
 # No periodic checkpoint or evaluation: a checkpoint on disk is the final one.
