@@ -119,9 +119,11 @@ def read_status(logdir: str, now: Optional[float] = None) -> Dict[str, Any]:
     evals = [r for r in by_role.get("evaluator", []) if "eval_return" in r]
     newest = max((r["wall_time"] for r in records if "wall_time" in r), default=None)
 
-    actor_steps = last_learner.get("actor_steps")
-    if actor_steps is None and by_role.get("actor"):
-        actor_steps = by_role["actor"][-1].get("step")
+    # The driver writes an actor record (at its step count) as each chunk
+    # returns and the learner record only periodically: the newer of the two.
+    counts = [last_learner.get("actor_steps"), by_role["actor"][-1].get("step") if by_role.get("actor") else None]
+    counts = [c for c in counts if c is not None]
+    actor_steps = max(counts) if counts else None
     env_rate = _rate(learner, "env_steps_per_second")
     max_steps = config.get("max_actor_steps")
     liveness = _liveness(info, newest, now)

@@ -73,6 +73,21 @@ def test_status_reads_the_records_of_a_live_run(tmp_path):
         assert fragment in text, (fragment, text)
 
 
+def test_actor_steps_are_the_newest_count_of_actor_and_learner_records(tmp_path):
+    """A chunk's actor record can be newer than the periodic learner record (the CI race of the
+    signal test: status said 0 env steps while an actor record said 1000)."""
+    logdir = str(tmp_path / "run")
+    _make_run(logdir)
+    actor = loggers.MetricsLogger(logdir, "actor", tensorboard=False)
+    actor.write(4000, {"actor_index": 0, "episode_return": 1.0})
+    actor.close()
+    assert run_status.read_status(logdir)["actor_steps"] == 4000
+    learner = loggers.MetricsLogger(logdir, "learner", tensorboard=False)
+    learner.write(400, {"actor_steps": 5000})
+    learner.close()
+    assert run_status.read_status(logdir)["actor_steps"] == 5000
+
+
 def test_an_ended_run_has_no_eta(tmp_path):
     logdir = str(tmp_path / "run")
     _make_run(logdir, pid=2 ** 22 + 1)  # above any PID Linux hands out: not running
