@@ -3,15 +3,15 @@
 # Extra arguments go to pytest, e.g. scripts/test.sh tests/envs -k seed.
 # --fast: the quick lane (pure logic and quick real-component tests, under 3 minutes
 # on 2 cores): every test not marked `slow` or `multiprocess` (see pyproject.toml).
-# Tests run on RLPLAT_TEST_WORKERS pytest-xdist workers (default 2): much of a
-# real-component test is waiting for processes to start, so two overlap well
-# even on 2 cores; tests marked xdist_group("...") share one worker. 0 runs
-# them in this process (for a debugger or -x).
+# RLPLAT_TEST_WORKERS=N runs the tests on N pytest-xdist workers, a module's
+# tests on one worker (tests/conftest.py); the default, 0, runs them in this
+# process. On 2 cores two workers gave no gain (the whole suite took 20 min
+# either way: each test ran about twice as long), so use it on bigger machines.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV="${RLPLAT_VENV:-.venv}"
 export MUJOCO_GL="${MUJOCO_GL:-osmesa}" TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
-workers="${RLPLAT_TEST_WORKERS:-2}"
+workers="${RLPLAT_TEST_WORKERS:-0}"
 args=()
 if [ "$workers" != 0 ]; then args+=(-n "$workers" --dist loadgroup); fi
 for arg in "$@"; do
