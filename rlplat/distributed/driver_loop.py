@@ -297,10 +297,12 @@ class ControlLoop:
         host = self.learner if self.colocate else self.replay
         if host is None:
             return True
-        try:
-            ray.get(host.__ray_ready__.remote(), timeout=5.0)
-        except ray.exceptions.GetTimeoutError:
+        ref = host.__ray_ready__.remote()
+        ready, _ = self._wait([ref], 1, 5.0)  # in slices: a signal is still acted on within 0.5 s
+        if not ready:
             return False  # alive, or not known dead yet: the next check asks again
+        try:
+            ray.get(ref, timeout=self.cfg.call_timeout_s)
         except ray.exceptions.RayError:
             return True
         return False
