@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from agents.gan.config import GANConfig  # light: no TensorFlow
 from rlplat.launch import common
@@ -32,11 +31,7 @@ SHAPE_FIELDS = ("noise_dim", "generator_sizes", "discriminator_sizes", "spectral
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    common.add_run_flags(parser, AGENT)
-    common.add_config_flags(parser, GANConfig, CONFIG_FLAGS)
-    parser.add_argument("--debug-eager", action="store_true",
-                        help="run each step eagerly on one device through the same step function, "
-                             "so a breakpoint() in it stops in this terminal; slow, for development")
+    in_process.add_arguments(parser, AGENT, GANConfig, CONFIG_FLAGS)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,20 +40,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace, config: GANConfig, logdir: str) -> int:
-    common.setup_tensorflow(args.num_replicas)
-    from agents.gan import train  # pylint: disable=g-import-not-at-top  (imports TF)
-    from rlplat.replication import ReplicationError  # pylint: disable=g-import-not-at-top
+    def load_train():
+        from agents.gan import train  # pylint: disable=g-import-not-at-top  (imports TF)
 
-    print(f"{'resuming' if args.resume else 'run'} in {logdir}", flush=True)
-    try:
-        summary = train.train(config, args.num_replicas, logdir, resume=args.resume, progress=args.progress,
-                              debug_eager=args.debug_eager)
-    except ReplicationError as e:
-        raise common.UsageError(str(e)) from None
-    except FloatingPointError as e:
-        sys.stderr.write(f"rlplat: error: {e}; logs and checkpoints in {logdir}\n")
-        return common.EXIT_FAILURE
-    start = "" if summary["initial_mmd"] is None else f"{summary['initial_mmd']:.4f} -> "
-    print(f"done: step {summary['step']}, MMD to held-out digits {start}{summary['mmd']:.4f}, "
-          f"{summary['seconds']:.1f} s; sample grids: tensorboard --logdir {logdir}/tb", flush=True)
-    return common.EXIT_OK
+        return train
+
+    return in_process.train(args, config, logdir, load_train, lambda summary: (
+        f"done: step {summary['step']}, MMD to held-out digits "
+        f"{'' if summary['initial_mmd'] is None else format(summary['initial_mmd'], '.4f') + ' -> '}"
+        f"{summary['mmd']:.4f}, {summary['seconds']:.1f} s; sample grids: tensorboard --logdir {logdir}/tb"))

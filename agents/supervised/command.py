@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from agents.supervised.config import SupervisedConfig  # light: no TensorFlow
 from rlplat.launch import common
@@ -29,11 +28,7 @@ SHAPE_FIELDS = ("hidden_sizes",)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    common.add_run_flags(parser, AGENT)
-    common.add_config_flags(parser, SupervisedConfig, CONFIG_FLAGS)
-    parser.add_argument("--debug-eager", action="store_true",
-                        help="run each step eagerly on one device through the same step function, "
-                             "so a breakpoint() in it stops in this terminal; slow, for development")
+    in_process.add_arguments(parser, AGENT, SupervisedConfig, CONFIG_FLAGS)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,19 +40,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace, config: SupervisedConfig, logdir: str) -> int:
-    common.setup_tensorflow(args.num_replicas)
-    from agents.supervised import train  # pylint: disable=g-import-not-at-top  (imports TF)
-    from rlplat.replication import ReplicationError  # pylint: disable=g-import-not-at-top
+    def load_train():
+        from agents.supervised import train  # pylint: disable=g-import-not-at-top  (imports TF)
 
-    print(f"{'resuming' if args.resume else 'run'} in {logdir}", flush=True)
-    try:
-        summary = train.train(config, args.num_replicas, logdir, resume=args.resume, progress=args.progress,
-                              debug_eager=args.debug_eager)
-    except ReplicationError as e:  # a device/cluster setting, found while building the strategy
-        raise common.UsageError(str(e)) from None
-    except FloatingPointError as e:  # the NaN guard stopped the run; the weights are still finite
-        sys.stderr.write(f"rlplat: error: {e}; logs and checkpoints in {logdir}\n")
-        return common.EXIT_FAILURE
-    print(f"done: step {summary['step']}, held-out accuracy {summary['held_out_accuracy']:.4f}, "
-          f"{summary['seconds']:.1f} s; logs in {logdir}", flush=True)
-    return common.EXIT_OK
+        return train
+
+    return in_process.train(args, config, logdir, load_train, lambda summary: (
+        f"done: step {summary['step']}, held-out accuracy {summary['held_out_accuracy']:.4f}, "
+        f"{summary['seconds']:.1f} s; logs in {logdir}"))

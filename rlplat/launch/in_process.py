@@ -8,6 +8,8 @@ made only once every check passed and removed again if nothing was written.
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import Any, Callable, Dict, Mapping
 
 from rlplat.launch import common
 from rlplat.launch import preflight
@@ -37,3 +39,35 @@ def run_in_process(args: argparse.Namespace, agent: str, config, shape_fields, t
         return train(args, config, logdir)
     finally:
         preflight.remove_if_empty(created)
+
+
+def add_arguments(parser: argparse.ArgumentParser, agent: str, config_class: type,
+                  config_flags: Mapping[str, str]) -> None:
+    """The run flags, one flag per config field in ``config_flags``, and ``--debug-eager``."""
+    common.add_run_flags(parser, agent)
+    common.add_config_flags(parser, config_class, config_flags)
+    parser.add_argument("--debug-eager", action="store_true",
+                        help="run each step eagerly on one device through the same step function, "
+                             "so a breakpoint() in it stops in this terminal; slow, for development")
+
+
+def train(args: argparse.Namespace, config: Any, logdir: str, load_train: Callable[[], Any],
+          describe: Callable[[Dict[str, Any]], str]) -> int:
+    """TensorFlow set up for ``--num-replicas``, then ``load_train().train(...)``; prints ``describe(summary)``.
+
+    ``load_train`` imports the agent's training module (it imports TF, so only now).
+    """
+    common.setup_tensorflow(args.num_replicas)
+    from rlplat.replication import ReplicationError  # pylint: disable=g-import-not-at-top
+
+    print(f"{'resuming' if args.resume else 'run'} in {logdir}", flush=True)
+    try:
+        summary = load_train().train(config, args.num_replicas, logdir, resume=args.resume,
+                                     progress=args.progress, debug_eager=args.debug_eager)
+    except ReplicationError as e:  # a device/cluster setting, found while building the strategy
+        raise common.UsageError(str(e)) from None
+    except FloatingPointError as e:  # the NaN guard stopped the run; the weights are still finite
+        sys.stderr.write(f"rlplat: error: {e}; logs and checkpoints in {logdir}\n")
+        return common.EXIT_FAILURE
+    print(describe(summary), flush=True)
+    return common.EXIT_OK
