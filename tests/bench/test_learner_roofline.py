@@ -1,0 +1,53 @@
+"""The roofline bench's FLOP count: by hand on a tiny net, and against the traced learner graph."""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from bench import learner_roofline  # noqa: E402
+
+
+def test_tiny_step_is_counted_pass_by_pass():
+    # obs 2, action 1, batch 4, one hidden layer of 3 in each net, 2 atoms.
+    # policy layers: 2->3, 3->1; critic layers: 3->3, 3->2.
+    m = learner_roofline.step_matmuls(2, 1, 4, (3,), (3,), 2)
+    policy_fwd = 2 * 4 * (2 * 3 + 3 * 1)          # 72
+    critic_fwd = 2 * 4 * (3 * 3 + 3 * 2)          # 120
+    # weight grads of every layer + input grads of all but the first
+    critic_loss_bwd = 2 * (3 * 4 * 3 + 3 * 4 * 2) + 2 * 4 * 2 * 3   # 120 + 48
+    dqda_bwd = 2 * 4 * (3 * 3 + 2 * 3)            # input grads only, first layer too: 120
+    policy_bwd = 2 * (2 * 4 * 3 + 3 * 4 * 1) + 2 * 4 * 1 * 3        # 72 + 24
+    want = 2 * policy_fwd + 3 * critic_fwd + critic_loss_bwd + dqda_bwd + policy_bwd
+    assert learner_roofline.flops(m) == want == 888
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("obs_size, action_size", [(5, 1), (24, 6)])
+def test_counted_matmuls_are_the_ones_the_learner_runs(obs_size, action_size):
+    import dm_env.specs as dm_specs
+    import numpy as np
+    import tensorflow as tf
+
+    from agents.d4pg.config import D4PGConfig
+    from agents.d4pg.learning import D4PGLearner
+    from rlplat import replication, specs
+
+    cfg = D4PGConfig(policy_layer_sizes=(32, 16), critic_layer_sizes=(48, 24, 40), num_atoms=11,
+                     global_batch_size=8)
+    spec = specs.EnvironmentSpec(
+        observations=dm_specs.Array((obs_size,), np.float32),
+        actions=dm_specs.BoundedArray((action_size,), np.float32, -1.0, 1.0),
+        rewards=dm_specs.Array((), np.float32), discounts=dm_specs.BoundedArray((), np.float32, 0.0, 1.0))
+    b = cfg.global_batch_size
+    batch = (np.zeros((b, obs_size), np.float32), np.zeros((b, action_size), np.float32),
+             np.zeros(b, np.float32), np.zeros(b, np.float32), np.zeros((b, obs_size), np.float32))
+    repl = replication.make_replicator(num_replicas=1)
+    learner = D4PGLearner(cfg, spec, repl, repl.distribute(tf.data.Dataset.from_tensors(batch).repeat()))
+    graph = learner._grads_fn.get_concrete_function(tuple(tf.constant(x) for x in batch)).graph
+    traced = learner_roofline.graph_matmuls(graph)
+    counted = learner_roofline.step_matmuls(obs_size, action_size, b, cfg.policy_layer_sizes,
+                                            cfg.critic_layer_sizes, cfg.num_atoms)
+    assert dict(traced) == dict(counted)
