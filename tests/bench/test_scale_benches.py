@@ -1,4 +1,4 @@
-"""The roofline bench's FLOP count: by hand on a tiny net, and against the traced learner graph."""
+"""Scale benches: the roofline's FLOP count (by hand, against the traced learner); the replay capacity model."""
 
 import os
 import sys
@@ -51,3 +51,19 @@ def test_counted_matmuls_are_the_ones_the_learner_runs(obs_size, action_size):
     counted = learner_roofline.step_matmuls(obs_size, action_size, b, cfg.policy_layer_sizes,
                                             cfg.critic_layer_sizes, cfg.num_atoms)
     assert dict(traced) == dict(counted)
+
+
+def test_replay_capacity_model_from_per_item_costs():
+    from bench import replay_capacity
+
+    # 2 runs kept up (1000 inserts cost 0.02 s and 0.03 s of server CPU: 25 us
+    # each), one did not and is left out; the sampler cost 1 s for 500k items.
+    inserts = [{"achieved_fraction": 1.0, "server_cpu_s": 0.02, "inserted": 1000},
+               {"achieved_fraction": 0.99, "server_cpu_s": 0.03, "inserted": 1000},
+               {"achieved_fraction": 0.5, "server_cpu_s": 1.0, "inserted": 1000}]
+    cap = replay_capacity.capacity(inserts, {"server_cpu_s": 1.0, "sampled": 500_000}, 32.0, 1000.0)
+    assert cap["server_cpu_us_per_insert"] == pytest.approx(25.0)
+    assert cap["server_cpu_us_per_sampled_item"] == pytest.approx(2.0)
+    assert cap["server_cpu_us_per_insert_with_its_samples"] == pytest.approx(25.0 + 64.0)
+    assert cap["inserts_per_s_per_server_core"] == pytest.approx(1e6 / 89.0)
+    assert cap["d4pg_actors_per_server_core"] == pytest.approx(1e6 / 89.0 / 1000.0)
