@@ -80,6 +80,31 @@ def _soak(d: Dict[str, Any]) -> List[str]:
             f"verdict {'ok' if report['ok'] else 'FAILED'}"]
 
 
+def _roofline(d: Dict[str, Any]) -> List[str]:
+    lines = [f"{d['device']} ({d['backend']}, TF threads {d['settings'].get('tf_threads')}): "
+             f"{_fmt(d['learner_steps_per_s'])} learner steps/s x {_fmt(d['step_gflop'])} GFLOP = "
+             f"{_fmt(d['achieved_gflop_per_s'])} GFLOP/s, {_fmt(100 * d['fraction_of_peak'], 2)}% of the "
+             f"same-shape fp32 peak ({_fmt(d['peak_same_shapes_gflop_per_s'])}; target 50%); "
+             f"matmul count equals the traced graph's: {d['matmuls_match_graph']}"]
+    for name in sorted(os.listdir(RESULTS)):
+        if name.startswith("learner_roofline_gpu") and name.endswith(".json"):
+            with open(os.path.join(RESULTS, name), encoding="utf-8") as f:
+                g = json.load(f)
+            lines.append(f"{name}: {g['device']}, {g['env']}, {g['backend']}: "
+                         f"{_fmt(g['learner_steps_per_s'])} steps/s")
+    return lines
+
+
+def _replay_capacity(d: Dict[str, Any]) -> List[str]:
+    c = d["capacity"]
+    return [f"server CPU {_fmt(c['server_cpu_us_per_insert'])} us per insert, "
+            f"{_fmt(c['server_cpu_us_per_sampled_item'])} us per sampled item",
+            f"one server core: {_fmt(c['inserts_per_s_per_server_core_no_sampling'])} inserts/s alone, "
+            f"{_fmt(c['inserts_per_s_per_server_core'])} at samples-per-insert {_fmt(c['samples_per_insert'])} "
+            f"= {_fmt(c['d4pg_actors_per_server_core'])} D4PG actors at "
+            f"{_fmt(c['d4pg_actor_env_steps_per_s'])} env steps/s each"]
+
+
 # bench module -> (result JSON, headline extractor). A bench without a result
 # yet is listed with "no result yet".
 BENCHES: Dict[str, tuple] = {
@@ -91,6 +116,8 @@ BENCHES: Dict[str, tuple] = {
     "replay_packing": ("replay_packing.json", _replay_packing),
     "replication": ("replication.json", _replication),
     "soak": ("soak.json", _soak),
+    "learner_roofline": ("learner_roofline.json", _roofline),
+    "replay_capacity": ("replay_capacity.json", _replay_capacity),
 }
 
 

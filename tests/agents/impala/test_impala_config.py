@@ -41,3 +41,21 @@ def test_replace_rejects_unknown_fields_and_keeps_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         IMPALAConfig().core = "lstm"  # type: ignore[misc]
     assert IMPALAConfig(layer_sizes=[8, 8]).layer_sizes == (8, 8)
+
+
+@pytest.mark.parametrize("argv, want", [
+    (["--env", "cartpole:swingup"], 0.1),               # control suite: scaled
+    (["--env", "gym:CartPole-v1"], 1.0),                # gym: the config's default
+    ([], 1.0),                                          # default env is gym:CartPole-v1
+    (["--env", "walker:walk", "--reward-scale", "1"], 1.0),  # an explicit flag wins
+    (["--env", "gym:CartPole-v1", "--reward-scale", "0.5"], 0.5),
+])
+def test_train_impala_scales_control_suite_rewards_unless_told(argv, want):
+    import argparse
+
+    from agents.impala import command
+
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    assert command.make_config(parser.parse_args(argv)).reward_scale == want
+    assert "0.1 for control-suite" in parser.format_help().replace("\n", " ").replace("  ", " ")
