@@ -147,12 +147,12 @@ class EnvironmentLoop:
             try:
                 timestep = env.step(action)
             except self._physics_errors:  # pylint: disable=catching-non-exception
-                timestep = _broken_episode_end(self._timestep)
+                timestep = broken_episode_end(self._timestep)
                 physics_errors += 1
             except Exception as e:  # pylint: disable=broad-except  (see module docstring)
                 env_errors += 1
                 self._env_error(e, "step")
-                timestep = _broken_episode_end(self._timestep)
+                timestep = broken_episode_end(self._timestep)
             t2 = clock()
             actor.observe(action, timestep)
             t3 = clock()
@@ -189,6 +189,48 @@ class EnvironmentLoop:
             "steps_per_s": steps / wall if wall > 0 else float("inf"),
         }
 
+    # ------------------------------------------ one step at a time (vector loop)
+    # ``rlplat.vector_loop`` drives K of these loops' environments itself (one
+    # policy call for all K) and keeps each one's episode bookkeeping here.
+    @property
+    def current_timestep(self) -> Optional[dm_env.TimeStep]:
+        """The last timestep of the episode in progress; None between episodes."""
+        return self._timestep
+
+    @property
+    def current_observation(self) -> Any:
+        return self._timestep.observation
+
+    @property
+    def physics_error_types(self) -> Tuple[type, ...]:
+        return self._physics_errors
+
+    def start_episode(self, first: dm_env.TimeStep) -> None:
+        """Starts an episode at ``first`` (the environment was reset and the actor told)."""
+        self._timestep = first
+        self._episode_return, self._episode_length = 0.0, 0
+
+    def advance(self, timestep: dm_env.TimeStep) -> Optional[Tuple[float, int]]:
+        """Counts one step; (episode return, length) when it ended the episode, else None."""
+        self.total_steps += 1
+        self._episode_return += float(timestep.reward or 0.0)
+        self._episode_length += 1
+        if timestep.last():
+            self.total_episodes += 1
+            self._timestep = None
+            return self._episode_return, self._episode_length
+        self._timestep = timestep
+        return None
+
+    def take_new_tracebacks(self) -> List[str]:
+        """The first traceback of each new exception type since the last call."""
+        tracebacks, self._new_tracebacks = self._new_tracebacks, []
+        return tracebacks
+
+    def count_env_error(self, error: Exception, where: str, total: Optional[int] = None) -> None:
+        """Counts an environment exception; ``total`` (errors of a whole vector loop) sets the bound."""
+        self._env_error(error, where, total)
+
     # ------------------------------------------------------------- episodes
     def run_episode(self) -> Dict[str, Any]:
         """Runs one whole, fresh episode (for evaluation); returns its return and length.
@@ -203,24 +245,25 @@ class EnvironmentLoop:
                 "physics_error": bool(stats["physics_errors"]),
                 "policy_version": stats["policy_version"], "wall_s": stats["wall_s"]}
 
-    def _env_error(self, error: Exception, where: str) -> None:
+    def _env_error(self, error: Exception, where: str, total: Optional[int] = None) -> None:
         """Counts an environment exception; logs its traceback once per type; raises past the bound."""
         self.total_env_errors += 1
+        count = self.total_env_errors if total is None else total
         kind = type(error).__qualname__
         if kind not in self._seen_error_types:
             self._seen_error_types.add(kind)
             text = "".join(traceback.format_exception(error))
             self._new_tracebacks.append(f"environment {where} raised {kind}:\n{text}")
             _log.error("environment %s raised %s; ending the episode and carrying on "
-                       "(%d of at most %d)\n%s", where, kind, self.total_env_errors,
+                       "(%d of at most %d)\n%s", where, kind, count,
                        self._max_env_errors, text)
-        if self.total_env_errors > self._max_env_errors:
+        if count > self._max_env_errors:
             raise EnvironmentFailedError(
-                f"the environment raised {self.total_env_errors} times (more than max_env_errors="
+                f"the environment raised {count} times (more than max_env_errors="
                 f"{self._max_env_errors}); last: {kind}: {error}") from error
 
 
-def _broken_episode_end(last: dm_env.TimeStep) -> dm_env.TimeStep:
+def broken_episode_end(last: dm_env.TimeStep) -> dm_env.TimeStep:
     """A termination (reward 0, discount 0) at the last good observation: nothing bootstraps."""
     return dm_env.TimeStep(dm_env.StepType.LAST, np.float32(0.0), np.float32(0.0), last.observation)
 

@@ -87,7 +87,21 @@ class D4PGActor(core.PullingActor):
     def select_action(self, observation: np.ndarray) -> np.ndarray:
         if self._version < 0:
             self.update(wait=True)
-        action = self._policy(observation)  # A fresh float32 array: safe to modify.
+        return self._explore(self._policy(observation))  # A fresh float32 array: safe to modify.
+
+    # ``rlplat.vector_loop.BatchActing``: K environments, one policy call.
+    def policy_outputs(self, observations: np.ndarray) -> np.ndarray:
+        """The policy's actions [K, A] for observations [K, O] (before noise)."""
+        if self._version < 0:
+            self.update(wait=True)
+        return self._policy.batch(observations)[0]
+
+    def finish_action(self, output: np.ndarray, policy_version: int) -> np.ndarray:
+        """This actor's noise on one row of ``policy_outputs``, clipped (as ``select_action``)."""
+        del policy_version  # D4PG records no behaviour-policy data
+        return self._explore(np.array(output, np.float32))
+
+    def _explore(self, action: np.ndarray) -> np.ndarray:
         if self._sigma > 0.0:
             action += self._next_noise()
         # In-place min/max: np.clip costs ~2 us on a tiny array, this ~1 us.

@@ -187,7 +187,8 @@ class WorkerStartup:
                                       weights_timeout_s=self.cfg.weights_timeout_s,
                                       startup_timeout_s=self.cfg.startup_timeout_s,
                                       incarnation=incarnation,
-                                      prefetch_weights=self.cfg.prefetch_weights)
+                                      prefetch_weights=self.cfg.prefetch_weights,
+                                      envs_per_actor=self.cfg.envs_per_actor)
 
     def _report_placement(self) -> None:
         """Prints the node each worker landed on; records it in run_info.json.

@@ -43,6 +43,9 @@ class RayLayoutConfig:
       target_eval_return: stop (like reaching ``max_actor_steps``) as soon as
         an evaluation's mean return reaches this; None never stops on return.
       weights_timeout_s: bound on one weight pull by an actor.
+      envs_per_actor: environments each actor process steps side by side,
+        with one policy call for all of them (``rlplat.vector_loop``); the
+        run has ``num_actors * envs_per_actor`` exploration streams.
       prefetch_weights: actors send their next weight pull and act on with
         the weights they hold until it arrives, instead of waiting for it
         (``RemoteVariableSource(prefetch=True)``); the weights acted with are
@@ -119,10 +122,12 @@ class RayLayoutConfig:
     replay_checkpoint: bool = False
     video_every_evals: int = 0
     debug_eager: bool = False
+    envs_per_actor: int = 1
 
     def __post_init__(self):
         self._check_placement()
-        for name in ("actor_chunk_steps", "learner_chunk_steps", "eval_episodes", "num_learner_workers"):
+        for name in ("actor_chunk_steps", "learner_chunk_steps", "eval_episodes", "num_learner_workers",
+                     "envs_per_actor"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
         for name in ("eval_every_actor_steps", "actor_max_restarts", "video_every_evals"):

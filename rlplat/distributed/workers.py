@@ -200,6 +200,11 @@ class ActorWorker:
         ``prefetch``); the first pull always waits.
       incarnation: 0 for the first actor of this index; the driver passes
         1, 2, ... to the actors that replace a failed one.
+      envs_per_actor: K environments stepped side by side with one policy
+        call per step (``rlplat.vector_loop``). Environment j has its own
+        actor object (exploration index ``actor_index * K + j``, seed
+        ``seeding.actor_seed(seed, j)`` for j > 0) and its own adder stream;
+        the first pulls the weights for all.
 
     Weights are pulled in ``__init__`` (``actor.update(wait=True)``), so no
     step is ever taken with random or stale-from-before-restore weights.
@@ -208,7 +213,7 @@ class ActorWorker:
     def __init__(self, builder, env_name: str, env_kwargs: Optional[Dict[str, Any]],
                  actor_index: int, seed: int, variable_source, replay_address: Optional[str],
                  weights_timeout_s: float = 60.0, startup_timeout_s: float = 300.0,
-                 incarnation: int = 0, prefetch_weights: bool = False):
+                 incarnation: int = 0, prefetch_weights: bool = False, envs_per_actor: int = 1):
         started = time.perf_counter()
         process.setup_worker(1, 1, hide_gpus=True)
         from rlplat import specs  # pylint: disable=g-import-not-at-top
@@ -218,17 +223,26 @@ class ActorWorker:
         # A replacement (or a process Ray restarted) gets the same arguments as
         # the first; a fresh seed keeps it from replaying the first one's episodes.
         self._seed = seeding.restart_seed(seed, os.getpid()) if self._restarted else int(seed)
-        self._environment = _make_environment(env_name, env_kwargs, self._seed)
-        spec = specs.make_environment_spec(self._environment)
+        k = int(envs_per_actor)
+        seeds = [self._seed] + [seeding.actor_seed(self._seed, j) for j in range(1, k)]
+        self._environments = [_make_environment(env_name, env_kwargs, s) for s in seeds]
+        spec = specs.make_environment_spec(self._environments[0])
         self._source = RemoteVariableSource(variable_source, timeout_s=weights_timeout_s,
                                             first_timeout_s=startup_timeout_s,
                                             prefetch=prefetch_weights)
         if replay_address is None:
             replay_address = self._source.call("replay_address")
-        self._adder = builder.make_adder(replay_address, spec)
-        self._actor = builder.make_actor(spec, self._source, self._adder, self._index, self._seed)
+        self._adders = [builder.make_adder(replay_address, spec) for _ in seeds]
+        actors = [builder.make_actor(spec, self._source, adder, self._index * k + j, s)
+                  for j, (adder, s) in enumerate(zip(self._adders, seeds))]
+        self._actor = actors[0]
         self._actor.update(wait=True)
-        self._loop = _make_loop(self._environment, self._actor)
+        if k == 1:
+            self._loop = _make_loop(self._environments[0], self._actor)
+        else:
+            from rlplat.vector_loop import VectorEnvironmentLoop  # pylint: disable=g-import-not-at-top
+
+            self._loop = VectorEnvironmentLoop(self._environments, actors)
         self._total_steps = 0
         # How long a (re)start takes in here: TF set-up, environment, the learner's weights.
         self._init_s = time.perf_counter() - started
@@ -262,7 +276,7 @@ class ActorWorker:
 
     def close(self) -> None:
         """Flushes the adder and frees the environment (best effort)."""
-        for thing in (self._adder, self._environment):
+        for thing in self._adders + self._environments:
             try:
                 thing.close()
             except Exception:  # pylint: disable=broad-except

@@ -65,6 +65,10 @@ def add_run_flags(parser: argparse.ArgumentParser, agent: str, default_env: str,
     parser.add_argument("--eval-every-steps", type=int, default=None, metavar="STEPS",
                         help="evaluate every STEPS actor steps instead of every --eval-period "
                              "seconds: learning curves then do not depend on machine speed")
+    parser.add_argument("--envs-per-actor", type=int, default=1, metavar="K",
+                        help="environments each actor process steps side by side, with one policy call "
+                             "for all K (each has its own exploration and replay stream, like K separate "
+                             "actors); d4pg only (default: 1)")
     parser.add_argument("--debug-eager", action="store_true",
                         help="run each learner step eagerly on one device through the same step "
                              "function, so a breakpoint() in it stops there (attach with `ray debug`); "
@@ -105,6 +109,9 @@ def check_run_args(args: argparse.Namespace, agent: str) -> str:
     if args.debug_eager and (args.num_learner_workers > 1 or (args.num_learner_replicas or 1) > 1):
         raise common.UsageError("--debug-eager runs the learner on one device: drop "
                                 "--num-learner-replicas and --num-learner-workers")
+    if args.envs_per_actor < 1:
+        raise common.UsageError(f"--envs-per-actor must be >= 1 (got {args.envs_per_actor}); 1 steps one "
+                                "environment per actor")
     if args.video_every < 0:
         raise common.UsageError(f"--video-every must be >= 0 (got {args.video_every}); 0 records no video")
     if args.video_every and args.env.startswith("gym:"):
@@ -293,6 +300,7 @@ def layout_kwargs_from_args(args: argparse.Namespace) -> Dict[str, Any]:
                 replay_checkpoint=bool(args.replay_checkpoint),
                 video_every_evals=args.video_every,
                 debug_eager=args.debug_eager,
+                envs_per_actor=args.envs_per_actor,
                 **common.placement_from_args(args))
 
 

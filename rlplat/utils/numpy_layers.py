@@ -195,6 +195,44 @@ class NumpyForward:
         """The output for one observation of a feed-forward net."""
         return self.step(observation)[0]
 
+    def batch(self, observations: np.ndarray, state: Optional[np.ndarray] = None
+              ) -> Tuple[np.ndarray, Optional[np.ndarray]]:
+        """(outputs [K, O], next states [K, S] or None) for K observations at once.
+
+        One matrix product per layer for all K rows: a vectorised actor's
+        policy call. Row k equals ``step(observations[k], state[k])`` up to
+        float32 round-off (matrix and vector products sum in other orders).
+        """
+        x = np.asarray(observations, np.float32).reshape(len(observations), -1)
+        states, offset = [], 0
+        for op in self._ops:
+            kind = op[0]
+            if kind == "dense":
+                x = np.dot(x, op[1])
+                x += op[2]
+                act = op[3]
+            elif kind == "layer_norm":
+                x = x - np.dot(x, op[4])[:, None]
+                x *= op[1] / np.sqrt(np.einsum("kd,kd->k", x, x)[:, None] * op[4][0] + op[3])
+                x += op[2]
+                continue
+            elif kind == "act":
+                act = op[1]
+            else:
+                size = 2 * op[1]["recurrent"].shape[0]
+                x, new = _lstm_step(op[1], x, state[:, offset:offset + size])
+                states.append(new)
+                offset += size
+                continue
+            if act == "relu":
+                np.maximum(x, _ZERO, out=x)
+            elif act == "tanh":
+                np.tanh(x, out=x)
+            elif act == "elu":
+                y = np.expm1(np.minimum(x, _ZERO))
+                x = np.maximum(x, y, out=y)
+        return x, (np.concatenate(states, axis=-1) if states else None)
+
     def step(self, observation: np.ndarray, state: Optional[np.ndarray] = None
              ) -> Tuple[np.ndarray, Optional[np.ndarray]]:
         """(output [O], next state or None) for one observation."""

@@ -45,6 +45,9 @@ def test_feed_forward_ops_match_keras_batched_and_one_at_a_time():
     assert fast.output_size == 3 and fast.initial_state() is None
     for o, e in zip(obs, expected):
         np.testing.assert_allclose(fast(o), e, atol=1e-5)
+    batched, state = fast.batch(obs)  # a vectorised actor's one call for K observations
+    assert state is None and batched.shape == (16, 3) and batched.dtype == np.float32
+    np.testing.assert_allclose(batched, expected, atol=1e-5)
 
 
 def test_weights_are_taken_in_the_served_variables_order():
@@ -75,6 +78,12 @@ def test_lstm_steps_match_keras_over_a_sequence():
     assert fast.state_size == 8 and fast.initial_state().shape == (8,)
     state = np.concatenate([h0[0], c0[0]])
     ops = numpy_layers.export_layers([lstm, head])
+    batch_state = np.stack([state, state[::-1]])  # two rows with different states
+    batched, batch_next = fast.batch(np.stack([seq[0, 0], seq[0, 0]]), batch_state)
+    for row in range(2):
+        one, one_next = fast.step(seq[0, 0], batch_state[row])
+        np.testing.assert_allclose(batched[row], one, atol=1e-6)
+        np.testing.assert_allclose(batch_next[row], one_next, atol=1e-6)
     for t in range(6):
         reference, reference_state = numpy_layers.forward(ops, seq[0, t], state)
         got, state = fast.step(seq[0, t], state)

@@ -1,0 +1,176 @@
+"""K environments in one actor process, with one policy call per step for all of them.
+
+An actor process spends most of a step outside the environment: the policy
+(a few NumPy matrix-vector products), the replay write and the loop itself.
+``VectorEnvironmentLoop`` steps K environments side by side and runs the
+policy once on the batch of their K observations (matrix-matrix products,
+whose cost grows far slower than K). Everything that is per environment stays
+per environment: each has its own actor object (its own exploration noise or
+sampling, seeded like a separate actor's) writing through its own adder
+stream, so the transitions are those of K separate actors.
+
+Actors that can take part implement ``BatchActing`` beside ``core.Actor``:
+
+- ``policy_outputs(observations [K, ...])``: the network's outputs for the
+  batch with the actor's current weights (pulling them first if it has none);
+  only the first actor (the leader) is asked, and only it pulls weights;
+- ``finish_action(output, policy_version)``: one environment's action from
+  its row (noise, sampling, the bookkeeping its adder needs).
+
+The chunk statistics have the keys of ``EnvironmentLoop.run_steps`` and count
+environment steps over all K environments; environment errors and simulator
+divergence are handled per environment as there.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, runtime_checkable
+
+import dm_env
+import numpy as np
+
+from rlplat import core
+from rlplat.environment_loop import EnvironmentLoop, broken_episode_end
+
+
+@runtime_checkable
+class BatchActing(Protocol):
+    """What an actor adds to act for several environments with one policy call."""
+
+    def policy_outputs(self, observations: np.ndarray) -> np.ndarray:
+        """The policy network's outputs [K, ...] for observations [K, ...]."""
+
+    def finish_action(self, output: np.ndarray, policy_version: int) -> Any:
+        """One environment's action from its row of ``policy_outputs``."""
+
+
+class VectorEnvironmentLoop:
+    """Steps K environments with K actors; one policy call per step for all of them.
+
+    Args:
+      environments: K ``dm_env.Environment``s.
+      actors: K actors implementing ``core.Actor`` and ``BatchActing``;
+        ``actors[0]`` computes the batch's policy outputs and pulls weights.
+      physics_errors, max_env_errors: as for ``EnvironmentLoop`` (the bound
+        counts errors of all K environments together).
+    """
+
+    def __init__(self, environments: Sequence[dm_env.Environment], actors: Sequence[core.Actor],
+                 physics_errors: Optional[Tuple[type, ...]] = None, max_env_errors: int = 100):
+        if len(environments) != len(actors) or not environments:
+            raise ValueError(f"need one actor per environment (got {len(environments)} environments "
+                             f"and {len(actors)} actors)")
+        for actor in actors:
+            if not isinstance(actor, BatchActing):
+                raise TypeError(f"{type(actor).__name__} cannot act for several environments at once "
+                                "(it has no policy_outputs/finish_action); run one environment per actor")
+        # One EnvironmentLoop per environment keeps its episode and error bookkeeping.
+        self._loops = [EnvironmentLoop(env, actor, physics_errors=physics_errors, max_env_errors=max_env_errors)
+                       for env, actor in zip(environments, actors)]
+        self._environments = list(environments)
+        self._actors = list(actors)
+        self._leader = self._actors[0]
+        self._max_env_errors = int(max_env_errors)
+        self.total_steps = 0
+
+    @property
+    def num_environments(self) -> int:
+        return len(self._environments)
+
+    def run_steps(self, num_steps: int) -> Dict[str, Any]:
+        """Runs exactly ``num_steps`` environment steps in all, spread evenly over the K environments.
+
+        Each round steps every environment once; a final partial round steps
+        the first ``num_steps % K``. Returns ``EnvironmentLoop.run_steps``'s keys.
+        """
+        if num_steps < 1:
+            raise ValueError(f"num_steps must be >= 1 (got {num_steps})")
+        clock = time.perf_counter
+        k = len(self._loops)
+        t = {"env": 0.0, "policy": 0.0, "observe": 0.0, "update": 0.0}
+        returns: List[float] = []
+        lengths: List[int] = []
+        errors = {"physics": 0, "env": 0}
+        tracebacks: List[str] = []
+        start, steps = clock(), 0
+        while steps < num_steps:
+            active = list(range(min(k, num_steps - steps)))
+            for i in active:
+                self._ensure_episode(i, t, errors)
+            t0 = clock()
+            outputs = self._leader.policy_outputs(
+                np.stack([self._loops[i].current_observation for i in active]))
+            version = self._leader.policy_version
+            t["policy"] += clock() - t0
+            for row, i in enumerate(active):
+                done = self._step_one(i, outputs[row], version, t, errors)
+                if done is not None:
+                    returns.append(done[0])
+                    lengths.append(done[1])
+            t0 = clock()
+            self._leader.update()
+            t["update"] += clock() - t0
+            steps += len(active)
+        for loop in self._loops:
+            tracebacks += loop.take_new_tracebacks()
+        wall = clock() - start
+        self.total_steps += steps
+        return {
+            "env_steps": steps, "episodes": len(returns), "episode_returns": returns,
+            "episode_lengths": lengths, "physics_errors": errors["physics"], "env_errors": errors["env"],
+            "env_error_tracebacks": tracebacks, "policy_version": self._leader.policy_version,
+            "env_s": t["env"], "policy_s": t["policy"], "observe_s": t["observe"],
+            "update_s": t["update"], "wall_s": wall, "steps_per_s": steps / wall if wall > 0 else float("inf"),
+            "num_environments": k,
+        }
+
+    def _ensure_episode(self, i: int, t: Dict[str, float], errors: Dict[str, int]) -> None:
+        """Resets environment ``i`` when it has no episode in progress (a failed reset is retried)."""
+        loop = self._loops[i]
+        clock = time.perf_counter
+        while loop.current_timestep is None:
+            t0 = clock()
+            try:
+                timestep = self._environments[i].reset()
+            except Exception as e:  # pylint: disable=broad-except  (EnvironmentLoop's policy)
+                errors["env"] += 1
+                self._count_error(i, e, "reset")
+                t["env"] += clock() - t0
+                continue
+            t1 = clock()
+            self._actors[i].observe_first(timestep)
+            t["env"] += t1 - t0
+            t["observe"] += clock() - t1
+            loop.start_episode(timestep)
+
+    def _step_one(self, i: int, output: np.ndarray, version: int, t: Dict[str, float],
+                  errors: Dict[str, int]) -> Optional[Tuple[float, int]]:
+        """One step of environment ``i``; (return, length) when its episode ended."""
+        loop, actor, env = self._loops[i], self._actors[i], self._environments[i]
+        clock = time.perf_counter
+        t0 = clock()
+        action = actor.finish_action(output, version)
+        t1 = clock()
+        last = loop.current_timestep
+        try:
+            timestep = env.step(action)
+        except loop.physics_error_types:  # pylint: disable=catching-non-exception
+            timestep = broken_episode_end(last)
+            errors["physics"] += 1
+            loop.total_physics_errors += 1
+        except Exception as e:  # pylint: disable=broad-except
+            errors["env"] += 1
+            self._count_error(i, e, "step")
+            timestep = broken_episode_end(last)
+        t2 = clock()
+        actor.observe(action, timestep)
+        t["policy"] += t1 - t0
+        t["env"] += t2 - t1
+        t["observe"] += clock() - t2
+        return loop.advance(timestep)
+
+    def _count_error(self, i: int, error: Exception, where: str) -> None:
+        # The bound is over all K environments: the sum of every loop's count.
+        self._loops[i].count_env_error(error, where,
+                                       total=sum(loop.total_env_errors for loop in self._loops) + 1)
