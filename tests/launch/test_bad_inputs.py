@@ -87,6 +87,8 @@ CASES = [
     ("sweep-zero-seeds", ["sweep", "d4pg", "--seeds", "0"], ["--seeds must be >= 1"]),
     ("sweep-resume", ["sweep", "d4pg", "--resume", "--logdir", "{run}"], ["does not resume"]),
     ("video-every-negative", [*D4PG, "--video-every", "-1"], ["--video-every must be >= 0"]),
+    ("envs-per-actor-zero", [*D4PG, "--envs-per-actor", "0"], ["--envs-per-actor must be >= 1"]),
+    ("envs-per-actor-impala", [*IMPALA, "--envs-per-actor", "2"], ["--envs-per-actor", "drop the flag"]),
     ("video-every-gym", [*IMPALA, "--env", "gym:CartPole-v1", "--video-every", "2"],
      ["--video-every", "no MuJoCo scene", "drop --video-every"]),
     ("impala-replay-checkpoint", [*IMPALA, "--replay-checkpoint"],
