@@ -191,7 +191,8 @@ def measure_actors(args, builder, spec, log):
     actor_cls = workers.remote(TimedActorWorker, num_cpus=0, max_restarts=0,
                                runtime_env=process.runtime_env("actor"))
     raw_cls = workers.remote(RawStepper, num_cpus=0, runtime_env=process.runtime_env("actor"))
-    actors = [actor_cls.remote(builder, args.env, {}, i, seeding.actor_seed(args.seed, i), name, None)
+    actors = [actor_cls.remote(builder, args.env, {}, i, seeding.actor_seed(args.seed, i), name, None,
+                               envs_per_actor=args.envs_per_actor)
               for i in range(2)]
     raws = [raw_cls.remote(args.env, seeding.actor_seed(args.seed, 100 + i)) for i in range(2)]
     ray.get(learner.replay_address.remote(), timeout=300)
@@ -659,6 +660,9 @@ def main(argv=None):
     parser.add_argument("--steady-from", type=float, default=0.25,
                         help="fraction of max_actor_steps before which the system run is warm-up")
     parser.add_argument("--parts", default="actor,learner,system")
+    parser.add_argument("--envs-per-actor", type=int, default=1,
+                        help="environments per actor process in the actor part (--envs-per-actor)")
+    parser.add_argument("--name", default="impala_throughput", help="output file stem")
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     parser.add_argument("--learner-child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--learner-threads", default="1,2", help=argparse.SUPPRESS)
@@ -710,9 +714,9 @@ def main(argv=None):
         report["targets"]["system_met"] = fps >= SYSTEM_TARGET_FRAMES_PER_S
     report["where_time_goes"] = _where_time_goes(report)
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "impala_throughput.json"), "w") as f:
+    with open(os.path.join(args.out, f"{args.name}.json"), "w") as f:
         json.dump(report, f, indent=2)
-    _plot(report, os.path.join(args.out, "impala_throughput.png"))
+    _plot(report, os.path.join(args.out, f"{args.name}.png"))
     _print_summary(report)
     return report
 

@@ -115,6 +115,22 @@ class IMPALAActor(core.PullingActor):
         if self._state is None and self._policy.state_size:
             self._state = self._policy.initial_state()
         out, self._next_state = self._policy(observation, self._state)
+        return self._act_on(out)
+
+    # ``rlplat.vector_loop.BatchActing``: K environments, one policy call (MLP core).
+    def policy_outputs(self, observations: np.ndarray) -> np.ndarray:
+        """Policy outputs [K, P] (logits, or mean and raw log-std) for observations [K, ...]."""
+        if self._version < 0:
+            self.update(wait=True)
+        return self._policy.batch(observations)
+
+    def finish_action(self, output: np.ndarray, policy_version: int):
+        """This actor's sample from one row of ``policy_outputs``; its unroll records ``policy_version``."""
+        self._version = int(policy_version)  # the weights that chose it (the leader pulled them)
+        return self._act_on(output)
+
+    def _act_on(self, out: np.ndarray):
+        """The action for policy outputs ``out``; records what the adder needs."""
         extras: Dict[str, np.ndarray] = {}
         if self._discrete:
             extras["logits"] = out

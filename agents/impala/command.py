@@ -109,11 +109,12 @@ def prepare(args: argparse.Namespace):
     if args.replay_checkpoint:
         raise common.UsageError(REPLAY_CHECKPOINT_REFUSAL)
     args.replay_checkpoint = False  # a resume of an older run that recorded it does not restore it
-    if args.envs_per_actor != 1:
-        raise common.UsageError("--envs-per-actor: IMPALA's actors step one environment each (their "
-                                "unrolls and LSTM state are per actor); drop the flag or use --num-actors")
+
     logdir = rl_run.check_run_args(args, AGENT)
     config = make_config(args)
+    if args.envs_per_actor > 1 and config.core == "lstm":
+        raise common.UsageError("--envs-per-actor: an LSTM policy acts one environment at a time (each "
+                                "keeps its own core state); drop the flag or use --core mlp")
     rl_run.check_config(args, logdir, AGENT, config, shape_fields(config))
     rl_run.check_env(args.env, AGENT)
 

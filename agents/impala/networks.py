@@ -313,3 +313,12 @@ class NumpyPolicy:
         if self._normalize:
             x = normalize_numpy(x, *self._moments)
         return self._forward.step(x, state)
+
+    def batch(self, observations: np.ndarray) -> np.ndarray:
+        """Policy outputs [K, P] for K observations of a feed-forward network, in one pass."""
+        if self.state_size:
+            raise ValueError("an LSTM policy acts one environment at a time (each has its own core state)")
+        x = np.asarray(observations, np.float32).reshape(len(observations), -1)
+        if self._normalize:
+            x = normalize_numpy(x, *self._moments)
+        return self._forward.batch(x)[0]

@@ -68,7 +68,7 @@ def add_run_flags(parser: argparse.ArgumentParser, agent: str, default_env: str,
     parser.add_argument("--envs-per-actor", type=int, default=1, metavar="K",
                         help="environments each actor process steps side by side, with one policy call "
                              "for all K (each has its own exploration and replay stream, like K separate "
-                             "actors); d4pg only (default: 1)")
+                             "actors; feed-forward policies) (default: 1)")
     parser.add_argument("--debug-eager", action="store_true",
                         help="run each learner step eagerly on one device through the same step "
                              "function, so a breakpoint() in it stops there (attach with `ray debug`); "
