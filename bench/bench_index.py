@@ -154,8 +154,11 @@ def render() -> str:
         out += [f"- {line}" for line in extract(data)]
         out.append(f"- machine: {_machine(data)}")
         png = os.path.splitext(result)[0] + ".png"
-        if os.path.exists(os.path.join(RESULTS, png)):
-            out.append(f"- plot: [results/{png}](results/{png})")
+        stem = os.path.splitext(result)[0]
+        plots = [png] if os.path.exists(os.path.join(RESULTS, png)) else []
+        plots += sorted(n for n in os.listdir(RESULTS) if n.startswith(stem + "_") and n.endswith(".png"))
+        if plots:
+            out.append("- plot: " + ", ".join(f"[results/{n}](results/{n})" for n in plots))
         out.append("")
     return "\n".join(out)
 

@@ -118,11 +118,15 @@ def write_report(out_dir):
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, f"{BENCH}.json"), "w") as f:
         json.dump(report, f, indent=1)
-    if variants:
-        groups = {name: v["seeds"] for name, v in report["variants"].items()}
-        first = next(iter(report["variants"].values()))["settings"]
-        seeds_lib.plot_band(groups, first["target"], f"D4PG {first['env']}, {first['num_actors']} actors",
-                            os.path.join(out_dir, f"{BENCH}.png"))
+    # One plot per task: d4pg_learning.png for cartpole:swingup (the main bench),
+    # d4pg_learning_<domain>_<task>.png for the others.
+    envs = sorted({v["settings"]["env"] for v in report["variants"].values()})
+    for env in envs:
+        chosen = {name: v for name, v in report["variants"].items() if v["settings"]["env"] == env}
+        first = next(iter(chosen.values()))["settings"]
+        stem = BENCH if env == "cartpole:swingup" else f"{BENCH}_{env.replace(':', '_')}"
+        seeds_lib.plot_band({name: v["seeds"] for name, v in chosen.items()}, first["target"],
+                            f"D4PG {env}, {first['num_actors']} actors", os.path.join(out_dir, f"{stem}.png"))
     return report
 
 
