@@ -9,8 +9,10 @@ One run, one process, nothing else started:
    ``graph_matmuls`` reads the same list from the traced step graph; the test
    checks that the two agree, so the count cannot drift from the code.
 2. **The peak for those shapes.** Each distinct (M, K, N) runs alone in a
-   compiled loop of back-to-back products (best of a few rounds); the step's
-   matmul-bound time is ``sum(flops_i / rate_i)``. A large square product
+   compiled function of back-to-back products, as many independent chains
+   of them as the learner has inter-op threads (best of a few rounds, same
+   TF threads as the learner); the step's matmul-bound time is
+   ``sum(flops_i / rate_i)``. A large square product
    gives the machine's best-case fp32 rate for reference.
 3. **The learner.** The real ``D4PGLearner`` at the default config, fed from
    one batch held in memory (the limit the Reverb feed is measured against in
@@ -133,30 +135,39 @@ def graph_matmuls(graph: Any) -> Counter:
 
 
 # ----------------------------------------------------------------- TF backend
-def _tf_shape_rates(tf, shapes: Sequence[Shape], seconds: float) -> Dict[Shape, float]:
-    """Best FLOP/s of each shape over 3 rounds of a compiled loop of products."""
+def _tf_shape_rates(tf, shapes: Sequence[Shape], seconds: float, chains: int) -> Dict[Shape, float]:
+    """Best FLOP/s of each shape over 3 rounds, with ``chains`` independent chains of products.
+
+    Each chain is a sequence of products ordered by control dependencies (no
+    extra arithmetic between them, and none can be pruned or hoisted); the
+    chains are independent, so TF's inter-op threads run them side by side as
+    they can run independent ops of the learner's step.
+    """
     rates = {}
     for m, k, n in shapes:
-        a = tf.random.normal((m, k))
-        b = tf.random.normal((k, n))
-        reps = max(1, int(2e8 // (2 * m * k * n)))  # ~0.2 GFLOP per call
+        pairs = [(tf.random.normal((m, k)), tf.random.normal((k, n))) for _ in range(chains)]
+        reps = max(1, int(2e8 // (2 * m * k * n * chains)))  # ~0.2 GFLOP per call
 
         @tf.function
-        def loop(a=a, b=b, reps=reps):
-            acc = tf.zeros((a.shape[0], b.shape[1]))
-            for _ in tf.range(reps):
-                # Feed the sum back so no product can be hoisted out of the loop.
-                acc = acc * 1e-3 + tf.matmul(a, b)
-            return acc
+        def loop(pairs=pairs, reps=reps):
+            lasts = []
+            for a, b in pairs:
+                last = tf.matmul(a, b)
+                for _ in range(min(reps, 64) - 1):
+                    with tf.control_dependencies([last]):
+                        last = tf.matmul(a, b)
+                lasts.append(last)
+            return lasts
 
-        loop().numpy()
+        per_call = min(reps, 64) * chains * 2 * m * k * n
+        [x.numpy() for x in loop()]
         best = 0.0
         for _ in range(3):
             calls, t0 = 0, time.perf_counter()
             while time.perf_counter() - t0 < seconds / 3:
-                loop().numpy()
+                [x.numpy() for x in loop()]
                 calls += 1
-            best = max(best, calls * reps * 2 * m * k * n / (time.perf_counter() - t0))
+            best = max(best, calls * per_call / (time.perf_counter() - t0))
         rates[(m, k, n)] = best
     return rates
 
@@ -211,9 +222,10 @@ def run_tf(args) -> Dict[str, Any]:
         step_rates.append((learner.num_steps - n0) / (time.perf_counter() - t0))
     steps_per_s = float(np.median(step_rates))
 
-    rates = _tf_shape_rates(tf, sorted(counted), args.peak_seconds)
+    # As many independent chains as TF may run ops side by side (inter-op threads).
+    rates = _tf_shape_rates(tf, sorted(counted), args.peak_seconds, chains=inter)
     square = args.square
-    square_rate = _tf_shape_rates(tf, [(square, square, square)], args.peak_seconds / 3)
+    square_rate = _tf_shape_rates(tf, [(square, square, square)], args.peak_seconds / 3, chains=inter)
     return _report(args, "tensorflow", "cpu" if not args.gpu else "gpu", counted, traced, rates,
                    square_rate[(square, square, square)], steps_per_s, step_rates,
                    {"obs_size": obs_size, "action_size": act_size, "batch": batch_size,
