@@ -64,7 +64,7 @@ LEARNER_FEED_TARGET = 0.9
 
 
 # ------------------------------------------------------- 1. actor efficiency
-def _actor_classes():
+def actor_classes():
     """Ray-side classes of part 1 (defined here so importing this file stays light)."""
     import numpy as np
 
@@ -173,7 +173,7 @@ def measure_actors(args, builder, spec, log):
     ray.cloudpickle.register_pickle_by_value(accounting)
     chunk_steps = RayLayoutConfig().actor_chunk_steps
     conn = cluster.connect(None)
-    StandInLearner, TimedActorWorker, RawStepper = _actor_classes()
+    StandInLearner, TimedActorWorker, RawStepper = actor_classes()
     name = f"bench-learner-{os.getpid()}"
     learner = workers.remote(StandInLearner, num_cpus=0, max_concurrency=4, name=name,
                              runtime_env=process.runtime_env("learner")).remote(builder, spec, 2)

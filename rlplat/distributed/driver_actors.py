@@ -97,7 +97,8 @@ class ActorCare:
         record = {"actor_index": slot.index, "actor_steps_per_second": stats.get("steps_per_second"),
                   "env_steps_per_second": self.env_rate.rate(), "policy_version": slot.policy_version,
                   "policy_lag": max(0, self.learner_steps - slot.policy_version),
-                  "episodes": self.episodes}
+                  "episodes": self.episodes, "weight_pulls": stats.get("weight_pulls"),
+                  "shared_weight_reads": stats.get("shared_weight_reads")}
         if self.physics_errors or self.env_errors:
             record.update(physics_errors=self.physics_errors, env_errors=self.env_errors)
         if returns:

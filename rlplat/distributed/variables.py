@@ -13,6 +13,12 @@ serves. The weights it acts with are then one pull period older (at the
 default period of 10 actor steps, well under one learner step), and the
 round trip leaves the actor's critical path; the first pull, with nothing to
 act with yet, still waits.
+
+On the learner's host, after the first pull, ``shared_weights`` replaces the
+round trip: the learner publishes every new policy version into shared
+memory and the source reads it there (``rlplat.distributed.shared_weights``).
+Other hosts, other variable names, and a block that cannot be attached or
+read keep the Ray path.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ class RemoteVariableSource(core.VariableSource):
     """
 
     def __init__(self, handle, timeout_s: float = 60.0, first_timeout_s: Optional[float] = None,
-                 prefetch: bool = False):
+                 prefetch: bool = False, shared: bool = True):
         if isinstance(handle, str):
             handle = ray.get_actor(handle)
         self._handle = handle
@@ -59,9 +65,28 @@ class RemoteVariableSource(core.VariableSource):
         self.num_pulls = 0  # Pulls that moved weights (for stats).
         self._prefetch = bool(prefetch)
         self._in_flight: Dict[Tuple[str, ...], Tuple[object, float]] = {}  # key -> (ref, sent)
+        self._want_shared = bool(shared)
+        self._shared = None  # SharedWeightsReader once attached
+        self.num_shared_reads = 0  # pulls answered from shared memory (new versions or not)
+
+    @property
+    def reads_shared_memory(self) -> bool:
+        return self._shared is not None
 
     def get_variables(self, names: Sequence[str]) -> Tuple[int, Dict[str, Sequence[np.ndarray]]]:
         key = tuple(names)
+        if self._shared is not None and key == ("policy",) and key in self._cache:
+            try:
+                fresh = self._shared.read_if_newer(self._cache[key][0])
+            except TimeoutError:
+                fresh = self.call("get_variables_if_newer", list(names), self._cache[key][0])
+            if fresh is not None:
+                fresh = (fresh[0], {"policy": fresh[1]})
+            self.num_shared_reads += 1
+            self._adopt(key, fresh)
+            return self._cache[key]
+        if self._want_shared and key == ("policy",) and key in self._cache:
+            self._attach()
         if not self._prefetch or key not in self._cache:
             held_version = self._cache[key][0] if key in self._cache else -1
             self._adopt(key, self.call("get_variables_if_newer", list(names), held_version))
@@ -77,6 +102,17 @@ class RemoteVariableSource(core.VariableSource):
         ref = self._handle.get_variables_if_newer.remote(list(names), self._cache[key][0])
         self._in_flight[key] = (ref, time.monotonic())
         return self._cache[key]
+
+    def _attach(self) -> None:
+        """Asks the learner once where its shared weights are; attaches if on this host."""
+        from rlplat.distributed.shared_weights import SharedWeightsReader  # pylint: disable=g-import-not-at-top
+
+        self._want_shared = False
+        try:
+            info = self.call("shared_weights_info")
+        except (AttributeError, LearnerUnavailableError, ray.exceptions.RayError):
+            return  # a learner without it (e.g. a learner group): keep pulling over Ray
+        self._shared = SharedWeightsReader.attach(info)
 
     def _adopt(self, key: Tuple[str, ...], fresh) -> None:
         if fresh is not None:

@@ -17,6 +17,7 @@ environment steps per call, a ``LearnerWorker`` a chunk of learner steps.
 
 from __future__ import annotations
 
+import atexit
 import json
 import math
 import os
@@ -270,6 +271,7 @@ class ActorWorker:
             "seconds": seconds, "steps_per_second": num_steps / max(seconds, 1e-9),
             "policy_version": int(self._actor.policy_version),
             "weight_pulls": self._source.num_pulls, "restarted": self._restarted,
+            "shared_weight_reads": self._source.num_shared_reads,
             "pid": os.getpid(), "init_s": self._init_s,
         })
         return stats
@@ -385,6 +387,11 @@ class LearnerWorker:
         # server's insert count starts at the checkpoint's.
         self._inserts_at_start = self._replay_inserts()
         self._first_step_inserts: Optional[int] = None
+        # Actors on this host read new policy versions from shared memory
+        # instead of asking over Ray (``shared_weights``); the chief publishes.
+        self._shared = None
+        if self._replicator.is_chief:
+            self._publish_weights()
 
     def ready(self) -> Dict[str, Any]:
         """What the driver needs once the learner is up."""
@@ -439,6 +446,8 @@ class LearnerWorker:
             while not self._stop.is_set() and self._learner.num_steps - start_steps < num_steps:
                 with self._step_lock:
                     metrics = self._learner.step()
+                if self._shared is not None:
+                    self._publish_weights()
                 input_wait += float(metrics.get("input_wait_s", 0.0))
                 first = self._first_step_inserts is None and self._inserts_at_start is not None
                 if first:
@@ -470,6 +479,24 @@ class LearnerWorker:
         """(version, weights) if the learner's version is newer than ``version``, else None."""
         current, weights = self._learner.get_variables(list(names))
         return None if current <= version else (current, weights)
+
+    def shared_weights_info(self) -> Optional[Dict[str, Any]]:
+        """Where this host's actors read the policy weights (``SharedWeightsReader.attach``); None: pull over Ray."""
+        return None if self._shared is None else self._shared.info()
+
+    def _publish_weights(self) -> None:
+        """Writes the current policy version into shared memory (creating the block the first time)."""
+        version, weights = self._learner.get_variables(["policy"])
+        arrays = weights["policy"]
+        if self._shared is None:
+            from rlplat.distributed.shared_weights import SharedWeightsWriter  # pylint: disable=g-import-not-at-top
+
+            try:
+                self._shared = SharedWeightsWriter(arrays)
+            except OSError:  # no /dev/shm room: actors pull over Ray as before
+                return
+            atexit.register(self._shared.close)
+        self._shared.publish(version, arrays)
 
     def save_checkpoint(self, timeout_s: float = 60.0) -> Dict[str, Any]:
         """Saves a checkpoint between two steps; returns ``{"path", "step"}``.
@@ -505,7 +532,10 @@ class LearnerWorker:
             return {"replay_error": errors.one_line(e)}
 
     def stop_replay(self) -> None:
-        """Stops a co-located Reverb server (actors' writers then fail fast)."""
+        """Stops a co-located Reverb server (actors' writers then fail fast); removes the shared weights."""
+        if self._shared is not None:
+            self._shared.close()
+            self._shared = None
         if self._server is not None:
             self._server.stop()
             self._server = None

@@ -88,6 +88,26 @@ def test_short_run_counts_match(first_run):
     assert _wait_for_free_cpus(2.0)
 
 
+def test_actors_on_the_learners_host_read_weights_from_shared_memory_and_it_is_removed(first_run):
+    logdir, _ = first_run
+    records = [json.loads(line) for line in open(os.path.join(logdir, "metrics.jsonl"))]
+    last = {}
+    for r in records:
+        if r.get("role") == "actor" and "shared_weight_reads" in r:
+            last[r["actor_index"]] = r
+    assert sorted(last) == [0, 1]
+    for r in last.values():
+        # Every pull after the first was answered from shared memory, and new
+        # versions did arrive that way (a Ray pull was the first one only).
+        assert r["shared_weight_reads"] > 0 and r["weight_pulls"] > 1, r
+    with open(os.path.join(logdir, "run_info.json")) as f:
+        learner_pid = json.load(f)["node_placement"]["learner"]["pid"]
+    deadline = time.monotonic() + 30
+    while glob.glob(f"/dev/shm/rlplat_w_{learner_pid}_*") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not glob.glob(f"/dev/shm/rlplat_w_{learner_pid}_*")  # the learner's block went with it
+
+
 def test_the_final_evaluation_is_on_video_in_the_logdir_and_tensorboard(first_run):
     import imageio.v2 as imageio
 

@@ -1,0 +1,89 @@
+"""Shared-memory policy weights: versions, torn writes never read, cleanup, and a real run's actors."""
+
+import multiprocessing as mp
+import socket
+
+import numpy as np
+
+from rlplat.distributed.shared_weights import SharedWeightsReader, SharedWeightsWriter
+
+SHAPES = [(5, 64), (64,), (64, 1)]
+
+
+def _arrays(value):
+    return [np.full(shape, value, np.float32) for shape in SHAPES]
+
+
+def test_a_reader_gets_each_new_version_once_and_copies_it():
+    writer = SharedWeightsWriter(_arrays(0))
+    try:
+        reader = SharedWeightsReader.attach(writer.info())
+        assert reader is not None and reader.version() == -1
+        assert reader.read_if_newer(-1) is None  # nothing published yet
+        writer.publish(3, _arrays(3.0))
+        version, arrays = reader.read_if_newer(-1)
+        assert version == 3 and [a.shape for a in arrays] == SHAPES
+        assert all(np.all(a == 3.0) for a in arrays)
+        assert reader.read_if_newer(3) is None
+        writer.publish(4, _arrays(4.0))
+        assert np.all(arrays[0] == 3.0)  # a copy: the next version does not change it
+        assert reader.read_if_newer(3)[0] == 4
+        reader.close()
+    finally:
+        writer.close()
+
+
+def test_other_hosts_and_removed_blocks_fall_back_to_ray():
+    writer = SharedWeightsWriter(_arrays(0))
+    info = writer.info()
+    assert SharedWeightsReader.attach(dict(info, host=socket.gethostname() + "-elsewhere")) is None
+    assert SharedWeightsReader.attach(None) is None
+    writer.close()
+    assert SharedWeightsReader.attach(info) is None  # unlinked
+
+
+def _write_forever(queue, stop):
+    writer = SharedWeightsWriter(_arrays(0))
+    queue.put(writer.info())
+    version = 0
+    while not stop.is_set():
+        version += 1
+        writer.publish(version, _arrays(float(version)))
+    writer.close()
+
+
+def _attach_and_exit(info):
+    reader = SharedWeightsReader.attach(info)
+    assert reader is not None and reader.version() >= 0
+
+
+def test_reads_racing_a_writer_in_another_process_are_never_torn():
+    ctx = mp.get_context("spawn")
+    queue, stop = ctx.Queue(), ctx.Event()
+    child = ctx.Process(target=_write_forever, args=(queue, stop), daemon=True)
+    child.start()
+    try:
+        info = queue.get(timeout=60)
+        reader = SharedWeightsReader.attach(info)
+        assert reader is not None
+        held, seen = -1, 0
+        while seen < 300:
+            got = reader.read_if_newer(held)
+            if got is None:
+                continue
+            version, arrays = got
+            # Every element of every array was written for this very version.
+            assert all(np.all(a == float(version)) for a in arrays), version
+            assert version > held
+            held, seen = version, seen + 1
+        # A reader process that exits does not remove the learner's block.
+        other = ctx.Process(target=_attach_and_exit, args=(info,))
+        other.start()
+        other.join(60)
+        assert other.exitcode == 0
+        assert reader.read_if_newer(-1) is not None
+        reader.close()
+    finally:
+        stop.set()
+        child.join(60)
+    assert SharedWeightsReader.attach(info) is None  # the writer removed it on close
