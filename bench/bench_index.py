@@ -105,6 +105,19 @@ def _replay_capacity(d: Dict[str, Any]) -> List[str]:
             f"{_fmt(c['d4pg_actor_env_steps_per_s'])} env steps/s each"]
 
 
+def _scaling(d: Dict[str, Any]) -> List[str]:
+    from scaling import first_break  # pylint: disable=g-import-not-at-top
+
+    lines = []
+    m = d.get("measured")
+    if m:
+        lines.append("measured env steps/s by actors, learner off: " + ", ".join(
+            f"{n}: {_fmt(v)}" for n, v in m["learner_off_env_steps_per_s"].items()) + "; learner on: " + ", ".join(
+            f"{n}: {_fmt(v)}" for n, v in m["learner_on_env_steps_per_s"].items()))
+    lines += [f"model, {key}: first to break: {first_break(rows)}" for key, rows in d.get("model", {}).items()]
+    return lines + ["full model: [results/scaling.md](results/scaling.md)"]
+
+
 # bench module -> (result JSON, headline extractor). A bench without a result
 # yet is listed with "no result yet".
 BENCHES: Dict[str, tuple] = {
@@ -118,6 +131,7 @@ BENCHES: Dict[str, tuple] = {
     "soak": ("soak.json", _soak),
     "learner_roofline": ("learner_roofline.json", _roofline),
     "replay_capacity": ("replay_capacity.json", _replay_capacity),
+    "scaling": ("scaling.json", _scaling),
 }
 
 

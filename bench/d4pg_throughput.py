@@ -97,6 +97,23 @@ def actor_classes():
             self._weights = [np.array(v.numpy()) for v in policy.variables]  # D4PGLearner.get_variables
             self._version = 0
             self._pulls = 0
+            # Like the real learner, publish versions in shared memory for actors on
+            # this host, here at a fixed rate (a CPU learner makes a few per second).
+            from rlplat.distributed.shared_weights import SharedWeightsWriter  # pylint: disable=g-import-not-at-top
+
+            self._shared = SharedWeightsWriter(self._weights)
+            self._shared.publish(0, self._weights)
+            self._publisher = threading.Thread(target=self._publish_forever, daemon=True)
+            self._publisher.start()
+
+        def _publish_forever(self, versions_per_s=20.0):
+            while True:
+                time.sleep(1.0 / versions_per_s)
+                self._version += 1
+                self._shared.publish(self._version, self._weights)
+
+        def shared_weights_info(self):
+            return self._shared.info()
 
         def replay_address(self):
             return self._address
@@ -240,11 +257,12 @@ def measure_actors(args, builder, spec, log):
                    "reading around run_steps) in Ray processes with runtime_env('actor') and TF "
                    "threads 1, driven in run_steps chunks of %d steps with one call in flight per "
                    "actor as the layout's driver does; weights pulled through RemoteVariableSource "
-                   "from a stand-in learner that always has a newer version; Reverb server (MinSize "
-                   "limiter) in that stand-in learner's process. Efficiency = (env steps / actor "
-                   "process CPU-s) / (random-action env steps / CPU-s of a process with the same "
-                   "settings), raw block run just before each actor block with as many raw "
-                   "processes in parallel as actors; median over rounds." % chunk_steps),
+                   "from a stand-in learner that publishes 20 new versions a second in shared memory "
+                   "(the actors' first pull goes through Ray, which always has a newer version); "
+                   "Reverb server (MinSize limiter) in that stand-in learner's process. Efficiency = "
+                   "(env steps / actor process CPU-s) / (random-action env steps / CPU-s of a process "
+                   "with the same settings), raw block run just before each actor block with as many "
+                   "raw processes in parallel as actors; median over rounds." % chunk_steps),
         "chunk_steps": chunk_steps,
         "chunks_per_window": args.actor_chunks,
         "raw_steps_per_block": args.raw_steps,

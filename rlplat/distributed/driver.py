@@ -231,6 +231,14 @@ class Driver(WorkerStartup, ControlLoop, ActorCare):
         # Signals now only set flags nobody checks: nothing here is cut short,
         # so no Ray process is left behind.
         if ray.is_initialized():
+            if self.learner is not None and getattr(self, "learner_stopped", False):
+                # Ray ends workers without running their exit hooks: remove the
+                # learner's shared-memory weights first (a killed learner's are
+                # removed by the next learner on this host).
+                try:
+                    ray.get(self.learner.release_shared_weights.remote(), timeout=2.0)
+                except Exception:  # pylint: disable=broad-except  (a learner group has none)
+                    pass
             for handle in [s.handle for s in self.slots] + [self.evaluator, self.learner, self.replay]:
                 kill_worker(handle)
         for logger in self.loggers.values():

@@ -47,6 +47,40 @@ def _size(layout) -> int:
     return offset + (int(np.prod(shape)) * np.dtype(dtype).itemsize + 7) // 8 * 8
 
 
+_PREFIX = "rlplat_w_"
+
+
+def remove_stale_blocks(directory: str = "/dev/shm") -> List[str]:
+    """Removes the blocks of learners that died without removing theirs (killed, crashed).
+
+    A block is named after its learner's process id; one whose process is gone
+    is stale. Returns the names removed.
+    """
+    removed = []
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith(_PREFIX)]
+    except OSError:
+        return removed
+    for name in names:
+        try:
+            pid = int(name[len(_PREFIX):].split("_", 1)[0])
+        except ValueError:
+            continue
+        try:
+            os.kill(pid, 0)
+            continue  # alive (or not ours to signal): leave it
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            continue
+        try:
+            os.unlink(os.path.join(directory, name))
+            removed.append(name)
+        except OSError:
+            pass
+    return removed
+
+
 class SharedWeightsWriter:
     """The learner's side: one block, rewritten in place for every published version.
 
@@ -55,8 +89,9 @@ class SharedWeightsWriter:
     """
 
     def __init__(self, arrays: Sequence[np.ndarray]):
+        remove_stale_blocks()
         self._layout = _layout(arrays)
-        name = f"rlplat_w_{os.getpid()}_{secrets.token_hex(4)}"
+        name = f"{_PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
         self._shm = shared_memory.SharedMemory(name=name, create=True, size=_size(self._layout))
         self._header = np.ndarray((2,), np.int64, self._shm.buf, 0)
         self._header[:] = (0, -1)

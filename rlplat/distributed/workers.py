@@ -390,7 +390,7 @@ class LearnerWorker:
         # Actors on this host read new policy versions from shared memory
         # instead of asking over Ray (``shared_weights``); the chief publishes.
         self._shared = None
-        if self._replicator.is_chief:
+        if self._replicator.is_chief and tf_config is None:  # a learner group serves over Ray only
             self._publish_weights()
 
     def ready(self) -> Dict[str, Any]:
@@ -531,11 +531,15 @@ class LearnerWorker:
         except Exception as e:  # pylint: disable=broad-except
             return {"replay_error": errors.one_line(e)}
 
-    def stop_replay(self) -> None:
-        """Stops a co-located Reverb server (actors' writers then fail fast); removes the shared weights."""
+    def release_shared_weights(self) -> None:
+        """Removes the shared-memory weights (the driver calls it before ending this worker)."""
         if self._shared is not None:
             self._shared.close()
             self._shared = None
+
+    def stop_replay(self) -> None:
+        """Stops a co-located Reverb server (actors' writers then fail fast)."""
+        self.release_shared_weights()
         if self._server is not None:
             self._server.stop()
             self._server = None

@@ -87,3 +87,17 @@ def test_reads_racing_a_writer_in_another_process_are_never_torn():
         stop.set()
         child.join(60)
     assert SharedWeightsReader.attach(info) is None  # the writer removed it on close
+
+
+def test_blocks_of_dead_learners_are_removed_and_live_ones_kept(tmp_path):
+    from rlplat.distributed import shared_weights
+
+    ctx = mp.get_context("spawn")
+    dead = ctx.Process(target=int)
+    dead.start()
+    dead.join(30)
+    (tmp_path / f"rlplat_w_{dead.pid}_abcd").write_bytes(b"x")
+    (tmp_path / f"rlplat_w_{1}_live").write_bytes(b"x")  # pid 1 is alive
+    (tmp_path / "other_block").write_bytes(b"x")
+    assert shared_weights.remove_stale_blocks(str(tmp_path)) == [f"rlplat_w_{dead.pid}_abcd"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other_block", "rlplat_w_1_live"]
