@@ -9,13 +9,17 @@ alternating the pull periods round by round (ABCABC...), so each period sees
 the same machine. The rate is taken from the driver's actor-step records
 between 25% and 100% of the budget, past start-up and the replay warm-up.
 
-    python bench/d4pg_pull_rate.py [--periods 1000-blocking,10-blocking,10] [--rounds 2] [--steps 24000]
+    python bench/d4pg_pull_rate.py [--periods 1000-blocking-ray,10-blocking-ray,10-blocking] [--rounds 2]
 
 A variant is a pull period, with ``-blocking`` for the waiting pull (the
-default, ``RayLayoutConfig(prefetch_weights=False)``); without it, the
-prefetching pull. Writes d4pg_pull_rate.json and d4pg_pull_rate.png (env
-steps/s per variant, each round a dot, with the ratio to the first variant
-in the title).
+default, ``RayLayoutConfig(prefetch_weights=False)``; without it, the
+prefetching pull) and ``-ray`` for pulls over Ray only
+(``RayLayoutConfig(shared_weights=False)``; without it, actors on the
+learner's host read new versions from shared memory, the default). The
+defaults compare the pull of the issue's time (every 1000 steps over Ray)
+with a period of 10 over Ray and over shared memory (today's default).
+Writes d4pg_pull_rate.json and d4pg_pull_rate.png (env steps/s per variant,
+each round a dot, with the ratio to the first variant in the title).
 """
 
 from __future__ import annotations
@@ -56,11 +60,15 @@ def steady_rate(metrics_path: str, total_steps: int, start_fraction: float = 0.2
 
 
 def parse_variant(text: str):
-    """``"10"`` -> (10, True); ``"10-blocking"`` -> (10, False)."""
-    period, _, mode = text.partition("-")
-    if mode not in ("", "blocking") or not period.isdigit() or int(period) < 1:
-        raise SystemExit(f"bad variant {text!r}: a positive period, optionally with -blocking")
-    return int(period), mode != "blocking"
+    """``"10"`` -> (10, prefetch, shared); ``-blocking`` waits for each pull; ``-ray`` pulls over Ray only.
+
+    ``"1000-blocking-ray"`` is the actors' pull before shared-memory weights:
+    a waiting Ray round trip every 1000 steps.
+    """
+    period, *modes = text.split("-")
+    if not period.isdigit() or int(period) < 1 or not set(modes) <= {"blocking", "ray"}:
+        raise SystemExit(f"bad variant {text!r}: a positive period, optionally with -blocking and/or -ray")
+    return int(period), "blocking" not in modes, "ray" not in modes
 
 
 def run_one(env: str, variant: str, steps: int, seed: int, num_actors: int) -> dict:
@@ -69,10 +77,10 @@ def run_one(env: str, variant: str, steps: int, seed: int, num_actors: int) -> d
     from agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top
     from rlplat.distributed.layout import RayLayoutConfig, run_on_ray  # pylint: disable=g-import-not-at-top
 
-    period, prefetch = parse_variant(variant)
+    period, prefetch, shared = parse_variant(variant)
     logdir = tempfile.mkdtemp(prefix=f"{BENCH}_{variant}_")
     knobs = RayLayoutConfig(eval_every_actor_steps=0, eval_episodes=1, checkpoint_every_s=3600.0,
-                            prefetch_weights=prefetch)
+                            prefetch_weights=prefetch, shared_weights=shared)
     start = time.time()
     summary = run_on_ray(D4PGBuilder(config=D4PGConfig(variable_update_period=period)), env,
                          num_actors=num_actors, max_actor_steps=steps, logdir=logdir, seed=seed,
@@ -81,7 +89,8 @@ def run_one(env: str, variant: str, steps: int, seed: int, num_actors: int) -> d
     rate = steady_rate(os.path.join(logdir, "metrics.jsonl"), steps)
     print(f"[{BENCH}] {variant}: {rate:.1f} env steps/s steady, "
           f"{summary['actor_steps'] / wall_s:.1f} over {wall_s:.0f} s with start-up", flush=True)
-    return {"variant": variant, "period": period, "prefetch": prefetch, "env_steps_per_s": rate,
+    return {"variant": variant, "period": period, "prefetch": prefetch, "shared_weights": shared,
+            "env_steps_per_s": rate,
             "wall_seconds": wall_s,
             "actor_steps": summary["actor_steps"], "learner_steps": summary.get("learner_steps"),
             "logdir": logdir}
@@ -90,8 +99,9 @@ def run_one(env: str, variant: str, steps: int, seed: int, num_actors: int) -> d
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="cartpole:swingup")
-    parser.add_argument("--periods", default="1000-blocking,10-blocking,10",
-                        help="comma-separated variants: a pull period, -blocking for the waiting pull")
+    parser.add_argument("--periods", default="1000-blocking-ray,10-blocking-ray,10-blocking",
+                        help="comma-separated variants: a pull period, -blocking for the waiting pull, -ray "
+                             "for pulls over Ray only (no shared-memory weights)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=24_000, help="actor steps per run")
     parser.add_argument("--num-actors", type=int, default=2)

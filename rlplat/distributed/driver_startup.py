@@ -188,7 +188,8 @@ class WorkerStartup:
                                       startup_timeout_s=self.cfg.startup_timeout_s,
                                       incarnation=incarnation,
                                       prefetch_weights=self.cfg.prefetch_weights,
-                                      envs_per_actor=self.cfg.envs_per_actor)
+                                      envs_per_actor=self.cfg.envs_per_actor,
+                                      shared_weights=self.cfg.shared_weights)
 
     def _report_placement(self) -> None:
         """Prints the node each worker landed on; records it in run_info.json.

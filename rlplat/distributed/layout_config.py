@@ -46,6 +46,9 @@ class RayLayoutConfig:
       envs_per_actor: environments each actor process steps side by side,
         with one policy call for all of them (``rlplat.vector_loop``); the
         run has ``num_actors * envs_per_actor`` exploration streams.
+      shared_weights: actors on the learner's host read new policy versions
+        from shared memory (``rlplat.distributed.shared_weights``) instead
+        of a Ray round trip per pull; False pulls over Ray only.
       prefetch_weights: actors send their next weight pull and act on with
         the weights they hold until it arrives, instead of waiting for it
         (``RemoteVariableSource(prefetch=True)``); the weights acted with are
@@ -123,6 +126,7 @@ class RayLayoutConfig:
     video_every_evals: int = 0
     debug_eager: bool = False
     envs_per_actor: int = 1
+    shared_weights: bool = True
 
     def __post_init__(self):
         self._check_placement()

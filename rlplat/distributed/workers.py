@@ -201,6 +201,8 @@ class ActorWorker:
         ``prefetch``); the first pull always waits.
       incarnation: 0 for the first actor of this index; the driver passes
         1, 2, ... to the actors that replace a failed one.
+      shared_weights: read new policy versions from the learner's shared
+        memory when on its host (``RemoteVariableSource(shared=...)``).
       envs_per_actor: K environments stepped side by side with one policy
         call per step (``rlplat.vector_loop``). Environment j has its own
         actor object (exploration index ``actor_index * K + j``, seed
@@ -214,7 +216,8 @@ class ActorWorker:
     def __init__(self, builder, env_name: str, env_kwargs: Optional[Dict[str, Any]],
                  actor_index: int, seed: int, variable_source, replay_address: Optional[str],
                  weights_timeout_s: float = 60.0, startup_timeout_s: float = 300.0,
-                 incarnation: int = 0, prefetch_weights: bool = False, envs_per_actor: int = 1):
+                 incarnation: int = 0, prefetch_weights: bool = False, envs_per_actor: int = 1,
+                 shared_weights: bool = True):
         started = time.perf_counter()
         process.setup_worker(1, 1, hide_gpus=True)
         from rlplat import specs  # pylint: disable=g-import-not-at-top
@@ -230,7 +233,7 @@ class ActorWorker:
         spec = specs.make_environment_spec(self._environments[0])
         self._source = RemoteVariableSource(variable_source, timeout_s=weights_timeout_s,
                                             first_timeout_s=startup_timeout_s,
-                                            prefetch=prefetch_weights)
+                                            prefetch=prefetch_weights, shared=shared_weights)
         if replay_address is None:
             replay_address = self._source.call("replay_address")
         self._adders = [builder.make_adder(replay_address, spec) for _ in seeds]

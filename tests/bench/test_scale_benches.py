@@ -67,3 +67,15 @@ def test_replay_capacity_model_from_per_item_costs():
     assert cap["server_cpu_us_per_insert_with_its_samples"] == pytest.approx(25.0 + 64.0)
     assert cap["inserts_per_s_per_server_core"] == pytest.approx(1e6 / 89.0)
     assert cap["d4pg_actors_per_server_core"] == pytest.approx(1e6 / 89.0 / 1000.0)
+
+
+def test_pull_rate_variants_name_period_mode_and_transport():
+    from bench import d4pg_pull_rate
+
+    assert d4pg_pull_rate.parse_variant("10") == (10, True, True)
+    assert d4pg_pull_rate.parse_variant("10-blocking") == (10, False, True)
+    assert d4pg_pull_rate.parse_variant("1000-blocking-ray") == (1000, False, False)
+    assert d4pg_pull_rate.parse_variant("100-ray") == (100, True, False)
+    for bad in ("0", "x-blocking", "10-fast"):
+        with pytest.raises(SystemExit):
+            d4pg_pull_rate.parse_variant(bad)
