@@ -147,7 +147,8 @@ def costs() -> Dict[str, Any]:
     }
 
 
-def model(c: Dict[str, Any], nodes: int, cores: int, servers: int, learner: str, nic_gbit: float) -> Dict[str, Any]:
+def model(c: Dict[str, Any], nodes: int, cores: int, servers: int, learner: str, nic_gbit: float,
+          relay: bool = False) -> Dict[str, Any]:
     """Each stage's ceiling in env steps/s for one cluster shape, and the bottleneck."""
     nic = nic_gbit * 1e9 / 8  # bytes/s
     learner_rate = c["learner_steps_per_s_cpu"] if learner == "cpu" else c["learner_steps_per_s_gpu_proxy"]
@@ -157,7 +158,8 @@ def model(c: Dict[str, Any], nodes: int, cores: int, servers: int, learner: str,
     # copies out (replay lives with the learner), and the weights to remote
     # actors (versions/s x bytes, independent of env steps: a fixed load).
     bytes_per_step = c["item_bytes"] * (1 + c["samples_per_insert"])
-    weight_load = actors * versions_per_s * c["policy_bytes"]
+    # With a per-node relay (not built) each node would fetch a version once.
+    weight_load = (nodes if relay else actors) * versions_per_s * c["policy_bytes"]
     ceilings = {
         "acting": actors * c["actor_env_steps_per_cpu_s"],
         "replay": servers * c["replay_inserts_per_s_per_server_core"],
@@ -170,16 +172,20 @@ def model(c: Dict[str, Any], nodes: int, cores: int, servers: int, learner: str,
             "weight_bytes_per_s": weight_load, "nic_bytes_per_s": nic}
 
 
-def table(c, cores, servers, learner, nic_gbit) -> List[Dict[str, Any]]:
-    return [model(c, n, cores, servers, learner, nic_gbit) for n in NODE_COUNTS]
+def table(c, cores, servers, learner, nic_gbit, relay=False) -> List[Dict[str, Any]]:
+    return [model(c, n, cores, servers, learner, nic_gbit, relay) for n in NODE_COUNTS]
 
 
 def first_break(rows: List[Dict[str, Any]]) -> str:
-    """The first stage other than acting that becomes the bottleneck as nodes are added."""
+    """Where the bottleneck sits as actor nodes are added, e.g. "learner at 1-4 nodes, network from 8"."""
+    spans: List[List[Any]] = []
     for r in rows:
-        if r["bottleneck"] != "acting":
-            return f"{r['bottleneck']} at {r['nodes']} node(s)"
-    return "nothing up to 64 nodes: acting stays the limit"
+        if spans and spans[-1][0] == r["bottleneck"]:
+            spans[-1][2] = r["nodes"]
+        else:
+            spans.append([r["bottleneck"], r["nodes"], r["nodes"]])
+    return ", then ".join(f"{name} at {lo}" + (f"-{hi}" if hi != lo else "") + " node(s)"
+                          for name, lo, hi in spans)
 
 
 def render(report: Dict[str, Any]) -> str:
@@ -215,11 +221,18 @@ def render(report: Dict[str, Any]) -> str:
             lines.append(f"| {r['nodes']} | {r['actors']} | {ce['acting']:,.0f} | {ce['replay']:,.0f} | "
                          f"{ce['learner']:,.0f} | {ce['network']:,.0f} | {r['env_steps_per_s']:,.0f} | "
                          f"{r['bottleneck']} |")
-        lines += ["", f"First to break as actor nodes are added: **{first_break(rows)}**.", ""]
+        lines += ["", f"The bottleneck as actor nodes are added: **{first_break(rows)}**.", ""]
     lines += ["Assumptions: one core per actor process and per Reverb server; replay on the learner's node, "
               "so its NIC carries inserts, samples and weights; each remote actor pulls every new weight "
-              "version once (pulls faster than versions move nothing). Network and protocol overheads are "
-              "not counted, so the network ceiling is optimistic.", ""]
+              "version once (at a pull every 10 steps an actor asks more often than versions change). A "
+              "network ceiling of 0 means the weights alone fill the learner's NIC. Network and protocol "
+              "overheads are not counted, so the network ceiling is optimistic.", "",
+              "Reading: on a CPU learner the learner binds from the first node; more actors only add load. "
+              "With a GPU learner (8x the steps) the weights that every remote actor fetches, "
+              "versions/s x actors x policy bytes, fill a 10 Gbit/s NIC at the first node: the next step is "
+              "to relay weights once per node (one fetch per node into that node's shared-memory block, as "
+              "actors on the learner's host already read them), which divides that load by the cores per node.",
+              ""]
     return "\n".join(lines)
 
 
@@ -283,6 +296,10 @@ def main(argv=None) -> int:
             key = (f"learner on {'this CPU' if learner == 'cpu' else c['gpu_device'] + ' (proxy)'}, "
                    f"{servers} replay server(s), {args.cores_per_node} cores per node, {args.nic_gbit:g} Gbit/s")
             report["model"][key] = table(c, args.cores_per_node, servers, learner, args.nic_gbit)
+        if learner == "gpu":
+            key = (f"learner on {c['gpu_device']} (proxy), 4 replay server(s), {args.cores_per_node} cores per "
+                   f"node, {args.nic_gbit:g} Gbit/s, weights relayed once per node (not built)")
+            report["model"][key] = table(c, args.cores_per_node, 4, learner, args.nic_gbit, relay=True)
     os.makedirs(args.out, exist_ok=True)
     with open(path, "w") as f:
         json.dump(report, f, indent=1)
