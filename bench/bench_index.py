@@ -106,15 +106,13 @@ def _replay_capacity(d: Dict[str, Any]) -> List[str]:
 
 
 def _scaling(d: Dict[str, Any]) -> List[str]:
-    from scaling import first_break  # pylint: disable=g-import-not-at-top
-
     lines = []
     m = d.get("measured")
     if m:
         lines.append("measured env steps/s by actors, learner off: " + ", ".join(
             f"{n}: {_fmt(v)}" for n, v in m["learner_off_env_steps_per_s"].items()) + "; learner on: " + ", ".join(
             f"{n}: {_fmt(v)}" for n, v in m["learner_on_env_steps_per_s"].items()))
-    lines += [f"model, {key}: first to break: {first_break(rows)}" for key, rows in d.get("model", {}).items()]
+    lines += [f"model, {key}: bottleneck {text}" for key, text in d.get("bottlenecks", {}).items()]
     return lines + ["full model: [results/scaling.md](results/scaling.md)"]
 
 

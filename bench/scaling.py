@@ -300,6 +300,7 @@ def main(argv=None) -> int:
             key = (f"learner on {c['gpu_device']} (proxy), 4 replay server(s), {args.cores_per_node} cores per "
                    f"node, {args.nic_gbit:g} Gbit/s, weights relayed once per node (not built)")
             report["model"][key] = table(c, args.cores_per_node, 4, learner, args.nic_gbit, relay=True)
+    report["bottlenecks"] = {key: first_break(rows) for key, rows in report["model"].items()}
     os.makedirs(args.out, exist_ok=True)
     with open(path, "w") as f:
         json.dump(report, f, indent=1)
