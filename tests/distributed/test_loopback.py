@@ -40,9 +40,12 @@ RLPLAT = os.path.join(os.path.dirname(sys.executable), "rlplat")
 _STARTUP_BOUND_S = 420
 _EXIT_BOUND_S = 120
 
+# A budget the checks never reach: they look at live processes and then stop
+# the run with SIGTERM. (With 3000 steps a fast run had already ended its
+# actors when the arena check looked for them.)
 _RUN = ["train", "d4pg", "--env", "cartpole:swingup", "--policy-layer-sizes", "32,32",
         "--critic-layer-sizes", "32,32", "--global-batch-size", "32", "--min-replay-size", "200",
-        "--samples-per-insert", "8", "--num-actors", "2", "--max-actor-steps", "3000",
+        "--samples-per-insert", "8", "--num-actors", "2", "--max-actor-steps", "1000000",
         "--checkpoint-period", "3600", "--eval-period", "3600", "--eval-episodes", "1"]
 
 
@@ -185,7 +188,7 @@ def _check_run(tmp_path, extra, expect_two_listeners):
         for title in expect_two_listeners:
             ports = [row for row in found if title in row[0]]
             assert len(ports) >= 2, (title, found)
-        gcs = next(p for p in processes if "gcs_server" in " ".join(p.cmdline()))
+        gcs = next(p for p in processes if "gcs_server" in _words(p))
         return run, gcs, found
     except BaseException:
         run.stop()
@@ -201,11 +204,19 @@ def _check_token_auth(run, gcs):
     assert ray_auth.requires_token(address.group(1), int(address.group(2))) is True
 
 
+def _words(proc) -> str:
+    """A process's command line; "" for one that exited or is a zombie (a helper that just ended)."""
+    try:
+        return " ".join(proc.cmdline())
+    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+        return ""
+
+
 def _check_malloc_arenas(run):
     """Ray's GCS and raylet run with 2 malloc arenas (they grew without), rlplat's workers with glibc's default."""
     arenas = {}
     for proc in run.processes():
-        words = " ".join(proc.cmdline())
+        words = _words(proc)
         role = next((r for r in ("gcs_server", "raylet/raylet", "ray::LearnerWorker", "ray::ActorWorker")
                      if r in words), None)
         if role:
