@@ -223,6 +223,13 @@ def run_tf(args) -> Dict[str, Any]:
     steps_per_s = float(np.median(step_rates))
 
     # As many independent chains as TF may run ops side by side (inter-op threads).
+    # Grappler would merge a chain's identical products (same inputs) once it
+    # drops the control dependencies as redundant: some small shapes then read
+    # above the 1024^3 rate. The learner was measured above; switch those
+    # rewrites off for the peak only.
+    tf.config.optimizer.set_experimental_options({
+        "dependency_optimization": False,
+        "arithmetic_optimization": False, "constant_folding": False, "loop_optimization": False})
     rates = _tf_shape_rates(tf, sorted(counted), args.peak_seconds, chains=inter)
     square = args.square
     square_rate = _tf_shape_rates(tf, [(square, square, square)], args.peak_seconds / 3, chains=inter)

@@ -242,9 +242,15 @@ def plot(report: Dict[str, Any], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    import textwrap
+
     keys = list(report["model"])
-    fig, axes = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 4), squeeze=False)
-    for ax, key in zip(axes[0], keys):
+    cols = min(3, len(keys))
+    rows_n = (len(keys) + cols - 1) // cols
+    fig, axes = plt.subplots(rows_n, cols, figsize=(5.5 * cols, 4.2 * rows_n), squeeze=False)
+    for ax in axes.flat[len(keys):]:
+        ax.set_visible(False)
+    for ax, key in zip(axes.flat, keys):
         rows = report["model"][key]
         n = [r["nodes"] for r in rows]
         for stage in ("acting", "replay", "learner", "network"):
@@ -254,7 +260,7 @@ def plot(report: Dict[str, Any], path: str) -> None:
         ax.set_yscale("log")
         ax.set_xlabel("actor nodes")
         ax.set_ylabel("env steps/s")
-        ax.set_title(key, fontsize=9)
+        ax.set_title("\n".join(textwrap.wrap(key, 60)), fontsize=8)
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
