@@ -130,11 +130,16 @@ def test_priority_fn_sets_item_priority(client):
         client, "prio", 1, GAMMA, priority_fn=lambda t: 1.0 + t.reward
     ) as a:
         run_episode(a, [1.0, 5.0], last_discount=0.0)
-    pairs = {
-        (float(s.data[2]), s.info.priority)
-        for s in client.sample("prio", num_samples=20, emit_timesteps=False)
-    }
+    # Priorities 2 and 6 with exponent 1: the first item is drawn with p = 2/8.
+    # 2000 draws make missing it impossible in practice (0.75**2000), where 20
+    # draws missed it once in a CI run (0.75**20 = 0.3%).
+    samples = list(client.sample("prio", num_samples=2000, emit_timesteps=False))
+    pairs = {(float(s.data[2]), s.info.priority) for s in samples}
     assert pairs == {(1.0, 2.0), (5.0, 6.0)}
+    probability = {float(s.data[2]): s.info.probability for s in samples}
+    assert probability == pytest.approx({1.0: 0.25, 5.0: 0.75})
+    low_share = np.mean([float(s.data[2]) == 1.0 for s in samples])
+    assert abs(low_share - 0.25) < 0.06  # six standard deviations at n = 2000
 
 
 def test_closed_adder_refuses_steps(client):
