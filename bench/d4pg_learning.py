@@ -69,17 +69,17 @@ def run_one(args, overrides, seed):
     """One training run to the target; its eval curve and rates."""
     from agents.d4pg.builder import D4PGBuilder  # pylint: disable=g-import-not-at-top
     from agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top
-    from rlplat.distributed.layout import RayLayoutConfig, run_on_ray  # pylint: disable=g-import-not-at-top
+    from rlplat.runners import Experiment, RayLayoutConfig, run_on_ray  # pylint: disable=g-import-not-at-top
 
     logdir = tempfile.mkdtemp(prefix=f"d4pg_learning_s{seed}_")
-    knobs = RayLayoutConfig(eval_every_actor_steps=args.eval_every, eval_episodes=args.eval_episodes,
-                            target_eval_return=args.target, checkpoint_every_s=3600.0)
     config = D4PGConfig(**overrides)
     print(f"[{BENCH}/{args.variant}] seed {seed}: logdir {logdir}", flush=True)
     start = time.time()
-    summary = run_on_ray(D4PGBuilder(config=config), args.env, num_actors=args.num_actors,
-                         max_actor_steps=args.max_actor_steps, logdir=logdir, seed=seed,
-                         console=False, layout=knobs)
+    experiment = Experiment(D4PGBuilder(config=config), args.env, num_actors=args.num_actors,
+                            max_actor_steps=args.max_actor_steps, logdir=logdir, seed=seed,
+                            eval_every_actor_steps=args.eval_every, eval_episodes=args.eval_episodes,
+                            target_eval_return=args.target, checkpoint_every_s=3600.0)
+    summary = run_on_ray(experiment, RayLayoutConfig(console=False))
     wall_s = time.time() - start
     curve = []
     with open(os.path.join(logdir, "metrics.jsonl")) as f:

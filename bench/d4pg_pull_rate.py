@@ -75,16 +75,16 @@ def run_one(env: str, variant: str, steps: int, seed: int, num_actors: int) -> d
     """One fixed-budget run; its steady env steps/s and the learner's step count."""
     from agents.d4pg.builder import D4PGBuilder  # pylint: disable=g-import-not-at-top
     from agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top
-    from rlplat.distributed.layout import RayLayoutConfig, run_on_ray  # pylint: disable=g-import-not-at-top
+    from rlplat.runners import Experiment, RayLayoutConfig, run_on_ray  # pylint: disable=g-import-not-at-top
 
     period, prefetch, shared = parse_variant(variant)
     logdir = tempfile.mkdtemp(prefix=f"{BENCH}_{variant}_")
-    knobs = RayLayoutConfig(eval_every_actor_steps=0, eval_episodes=1, checkpoint_every_s=3600.0,
-                            prefetch_weights=prefetch, shared_weights=shared)
+    knobs = RayLayoutConfig(prefetch_weights=prefetch, shared_weights=shared, console=False)
     start = time.time()
-    summary = run_on_ray(D4PGBuilder(config=D4PGConfig(variable_update_period=period)), env,
-                         num_actors=num_actors, max_actor_steps=steps, logdir=logdir, seed=seed,
-                         console=False, layout=knobs)
+    experiment = Experiment(D4PGBuilder(config=D4PGConfig(variable_update_period=period)), env,
+                            num_actors=num_actors, max_actor_steps=steps, logdir=logdir, seed=seed,
+                            eval_every_actor_steps=0, eval_episodes=1, checkpoint_every_s=3600.0)
+    summary = run_on_ray(experiment, knobs)
     wall_s = time.time() - start
     rate = steady_rate(os.path.join(logdir, "metrics.jsonl"), steps)
     print(f"[{BENCH}] {variant}: {rate:.1f} env steps/s steady, "

@@ -183,7 +183,7 @@ def measure_actors(args, builder, spec, log):
     import ray
 
     from rlplat.distributed import cluster, process, seeding, workers
-    from rlplat.distributed.layout import RayLayoutConfig
+    from rlplat.runners import RayLayoutConfig
 
     # The Ray-side classes call the CPU-accounting helpers; ship them by value
     # (workers need not find bench/ on their path).
@@ -430,18 +430,18 @@ def measure_learner(args, plan, log):
 
 
 def measure_system(args, builder, learner_memory_steps_per_s, learner_reverb_steps_per_s, log):
-    from rlplat.distributed.layout import RayLayoutConfig, run_on_ray
+    from rlplat.runners import Experiment, RayLayoutConfig, run_on_ray
 
     cfg = builder.config
     logdir = tempfile.mkdtemp(prefix="d4pg_throughput_")
-    layout = RayLayoutConfig(eval_every_actor_steps=0, eval_every_s=None, checkpoint_every_s=3600.0)
     log(f"run_on_ray: 2 actors, {args.max_actor_steps:,} actor steps, no evaluations until the "
         f"final one, logdir {logdir}")
     sampler = accounting.CpuSampler().start()
     started = time.time()
     try:
-        summary = run_on_ray(builder, args.env, num_actors=2, max_actor_steps=args.max_actor_steps,
-                             logdir=logdir, seed=args.seed, console=False, layout=layout)
+        experiment = Experiment(builder, args.env, num_actors=2, max_actor_steps=args.max_actor_steps,
+                                logdir=logdir, seed=args.seed, eval_every_actor_steps=0, checkpoint_every_s=3600.0)
+        summary = run_on_ray(experiment, RayLayoutConfig(console=False))
     finally:
         sampler.stop()
     wall = time.time() - started

@@ -113,20 +113,19 @@ def run_one(settings, variant, seed):
     """One training run; its eval curve, rates and (control suite) the random-policy return."""
     from agents.impala.builder import IMPALABuilder  # pylint: disable=g-import-not-at-top
     from agents.impala.config import IMPALAConfig  # pylint: disable=g-import-not-at-top
-    from rlplat.distributed.layout import RayLayoutConfig, run_on_ray  # pylint: disable=g-import-not-at-top
+    from rlplat.runners import Experiment, RayLayoutConfig, run_on_ray  # pylint: disable=g-import-not-at-top
 
     env, target = settings["env"], settings["target"]
     logdir = tempfile.mkdtemp(prefix=f"{BENCH}_{slug(env)}_s{seed}_")
-    knobs = RayLayoutConfig(eval_every_actor_steps=settings["eval_every"],
-                            eval_episodes=settings["eval_episodes"],
-                            target_eval_return=target if settings["stop_at_target"] else None,
-                            checkpoint_every_s=3600.0)
     config = IMPALAConfig(**settings["overrides"])
     print(f"[{BENCH}/{slug(env)}-{variant}] seed {seed}: logdir {logdir}", flush=True)
     start = time.time()
-    summary = run_on_ray(IMPALABuilder(config=config), env, num_actors=settings["num_actors"],
-                         max_actor_steps=settings["max_actor_steps"], logdir=logdir, seed=seed,
-                         console=False, layout=knobs)
+    experiment = Experiment(IMPALABuilder(config=config), env, num_actors=settings["num_actors"],
+                            max_actor_steps=settings["max_actor_steps"], logdir=logdir, seed=seed,
+                            eval_every_actor_steps=settings["eval_every"], eval_episodes=settings["eval_episodes"],
+                            target_eval_return=target if settings["stop_at_target"] else None,
+                            checkpoint_every_s=3600.0)
+    summary = run_on_ray(experiment, RayLayoutConfig(console=False))
     wall_s = time.time() - start
     curve, lags = [], []
     with open(os.path.join(logdir, "metrics.jsonl")) as f:

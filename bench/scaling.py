@@ -62,7 +62,7 @@ def measure(args, log) -> Dict[str, Any]:
     from envs import make_environment
     from rlplat import specs
     from rlplat.distributed import cluster, process, seeding, workers
-    from rlplat.distributed.layout import RayLayoutConfig, run_on_ray
+    from rlplat.runners import Experiment, RayLayoutConfig, run_on_ray
 
     builder = D4PGBuilder(config=D4PGConfig())
     with make_environment(args.env, seed=0) as env:
@@ -93,9 +93,9 @@ def measure(args, log) -> Dict[str, Any]:
         import tempfile
 
         logdir = tempfile.mkdtemp(prefix=f"scaling_on_{n}_")
-        run_on_ray(builder, args.env, num_actors=n, max_actor_steps=args.on_steps, logdir=logdir, seed=0,
-                   console=False, layout=RayLayoutConfig(eval_every_s=None, eval_every_actor_steps=0,
-                                                         checkpoint_every_s=3600.0))
+        run_on_ray(Experiment(builder, args.env, num_actors=n, max_actor_steps=args.on_steps, logdir=logdir,
+                              seed=0, eval_every_actor_steps=0, checkpoint_every_s=3600.0),
+                   RayLayoutConfig(console=False))
         on[str(n)] = _steady_rate(logdir, args.on_steps)
         log(f"learner on, {n} actors: {on[str(n)]:.0f} env steps/s")
     return {"env": args.env, "learner_off_env_steps_per_s": off, "learner_on_env_steps_per_s": on,

@@ -13,7 +13,8 @@ Modules (small, one concern each):
 - ``workers``: the workers (``ReplayServer``, ``ActorWorker``,
   ``LearnerWorker``, ``Evaluator``, ``Counter``) as plain classes, and
   ``remote(cls, ...)`` to make Ray actors of them.
-- ``layout``: ``run_on_ray(...)``, the driver.
+- ``driver`` (with ``driver_*``): the driver behind ``rlplat.runners.run_on_ray``;
+  ``layout_config``: its ``RayLayoutConfig`` (Ray-free).
 
 Importing this package imports neither Ray nor TensorFlow; import the module
 you need.

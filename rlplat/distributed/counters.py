@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional, Tuple
 
 COUNTERS_FILE = "counters.json"
 CHECKPOINT_SUBDIR = "checkpoints"
@@ -43,3 +43,49 @@ def _read_json(path: str) -> Dict[str, Any]:
             return json.load(f)
     except (OSError, ValueError):
         return {}
+
+
+class RunCounters:
+    """What the driver counts over a run, continued from the checkpoint on resume.
+
+    Attributes:
+      actor_steps, episodes: environment steps and finished episodes of completed chunks.
+      restarts: actor restarts over the whole run.
+      physics_errors: simulations that diverged (the episode ended, counted).
+      env_errors: other exceptions from an environment (the episode ended, counted).
+      learner_steps: the learner's step count as last reported.
+      eval: the latest evaluation's result; ``evaluations`` every (actor steps, mean return).
+      checkpoint_path: the newest checkpoint recorded.
+    """
+
+    def __init__(self, learner_steps: int = 0):
+        self.actor_steps = 0
+        self.episodes = 0
+        self.restarts = 0
+        self.physics_errors = 0
+        self.env_errors = 0
+        self.learner_steps = learner_steps
+        self.eval: Dict[str, Any] = {}
+        self.evaluations: List[Tuple[int, float]] = []
+        self.checkpoint_path: Optional[str] = None
+
+    def restore(self, logdir: str, learner_step: int) -> None:
+        """Continues the counts saved with the checkpoint at ``learner_step``."""
+        saved = load_counters(logdir, learner_step)
+        self.actor_steps = int(saved.get("actor_steps", 0))
+        self.episodes = int(saved.get("episodes", 0))
+        self.restarts = int(saved.get("actor_restarts", 0))
+
+    def record_eval(self, result: Dict[str, Any], actor_steps: int) -> None:
+        self.eval = result
+        if result.get("eval_return") is not None:
+            self.evaluations.append((int(actor_steps), float(result["eval_return"])))
+
+    def record_checkpoint(self, logdir: str, saved: Dict[str, Any]) -> None:
+        """Notes a saved checkpoint and writes the counts beside it."""
+        self.checkpoint_path = saved.get("path") or self.checkpoint_path
+        values = {"actor_steps": self.actor_steps, "episodes": self.episodes,
+                  "actor_restarts": self.restarts, "learner_steps": int(saved["step"])}
+        if "replay_items" in saved:
+            values["replay_items"] = int(saved["replay_items"])
+        save_counters(logdir, int(saved["step"]), values)

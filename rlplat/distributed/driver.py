@@ -1,6 +1,6 @@
 """The driver loop behind ``run_on_ray``: starts workers, keeps them busy, logs, stops.
 
-See ``layout.py`` for the start order, stopping, counters, failure handling
+See ``rlplat.runners.on_ray`` for the start order, stopping, counters, failure handling
 and where logs go; this module and four beside it are the machinery:
 
 - ``driver`` (here): ``Driver``, its state, ``run()``, signals, the final
@@ -15,7 +15,6 @@ and where logs go; this module and four beside it are the machinery:
 
 from __future__ import annotations
 
-import math
 import signal
 import threading
 import time
@@ -33,6 +32,8 @@ from rlplat.distributed.driver_loop import ControlLoop
 from rlplat.distributed.driver_startup import WorkerStartup, kill_worker
 from rlplat.distributed.errors import RunFailedError, RunInterrupted
 from rlplat.distributed.layout_config import RayLayoutConfig
+from rlplat.controller import Controller
+from rlplat.experiment import Experiment, RunResult
 
 # After SIGINT/SIGTERM the learner gets up to _SIGNAL_STOP_TIMEOUT_S to reach
 # a step boundary and the checkpoint what is left of _SIGNAL_BUDGET_S (at
@@ -48,15 +49,17 @@ _POLL_S = 0.5
 class Driver(WorkerStartup, ControlLoop, ActorCare):
     """State and control loop of one ``run_on_ray`` call."""
 
-    def __init__(self, builder, env, env_kwargs, num_actors, num_replicas, max_actor_steps, logdir,
-                 seed, restored_step, address, console, layout: RayLayoutConfig,
+    def __init__(self, experiment: Experiment, layout: RayLayoutConfig, restored_step: Optional[int],
                  stop_event: Optional[threading.Event] = None):
-        self.builder, self.env, self.env_kwargs = builder, env, env_kwargs
-        self.num_actors, self.num_replicas = num_actors, num_replicas
-        self.max_actor_steps = math.inf if max_actor_steps is None else max_actor_steps
-        self.logdir, self.seed = logdir, seed
-        self.restored_step, self.address, self.cfg = restored_step, address, layout
-        self.console = progress.ConsoleLine(console)
+        self.experiment = experiment
+        self.builder = experiment.builder
+        self.env, self.env_kwargs = experiment.environment.name, dict(experiment.environment.kwargs)
+        self.num_actors, self.num_replicas = experiment.num_actors, layout.num_learner_replicas
+        self.max_actor_steps = experiment.budget
+        self.logdir, self.seed = experiment.logdir, experiment.seed
+        self.restored_step, self.address, self.cfg = restored_step, layout.address, layout
+        self.console = progress.ConsoleLine(layout.console)
+        self.controller = Controller(experiment.schedule(layout.console_every_s))
         self.connection: Optional[cluster.Connection] = None
         self.replay = None
         self.learner = None
@@ -72,6 +75,7 @@ class Driver(WorkerStartup, ControlLoop, ActorCare):
         self.env_errors = 0      # other exceptions from an environment (episode ended, counted)
         self.learner_steps = restored_step or 0
         self.eval: Dict[str, Any] = {}
+        self.evaluations: List[tuple] = []  # (actor steps, mean return) of every evaluation
         self.evals_started = 0  # every video_every_evals-th one is recorded on video
         self.next_status_publish = 0.0  # monotonic time of the next status_board snapshot
         self.status_publish_failed = False
@@ -87,7 +91,7 @@ class Driver(WorkerStartup, ControlLoop, ActorCare):
         self._saved_handlers: Dict[int, Any] = {}
 
     # ------------------------------------------------------------- entry point
-    def run(self) -> Dict[str, Any]:
+    def run(self) -> RunResult:
         """Starts the workers, runs the control loop, stops, tears down; returns the summary.
 
         Raises RunInterrupted after SIGINT/SIGTERM (see ``_on_signal``) once
@@ -222,8 +226,8 @@ class Driver(WorkerStartup, ControlLoop, ActorCare):
                           save_timeout_s, "final checkpoint")
         self._record_checkpoint(saved)
         if final_eval:
-            result = self._get(self.evaluator.evaluate.remote(self.cfg.eval_episodes,
-                                                              self.cfg.video_every_evals > 0),
+            result = self._get(self.evaluator.evaluate.remote(self.experiment.eval_episodes,
+                                                              self.experiment.video_every_evals > 0),
                                self.cfg.call_timeout_s * 5, "final evaluation")
             self._log_eval(result, self.actor_steps)
 

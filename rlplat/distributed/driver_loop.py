@@ -3,8 +3,9 @@
 ``ControlLoop`` is the part of ``driver.Driver`` that keeps one ``train`` call
 on the learner (and, through ``driver_actors``, one ``run_steps`` call per
 actor) in flight, handles each result as it arrives, does the periodic work
-(status line, learner/replay metrics, evaluations, checkpoints) and notices
-stalls and a dead replay server.
+(status line, learner/replay metrics) and notices stalls and a dead replay
+server. When to evaluate, checkpoint, report and stop is the shared
+``rlplat.controller.Controller``'s decision: the driver is its ``Program``.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class ControlLoop:
     """
 
     def _loop(self) -> None:
-        cfg = self.cfg
+        """Runs the control loop under the experiment's schedule (``rlplat.controller``)."""
         now = time.monotonic()
         self.loop_started = now
         self.start_actor_steps = self.actor_steps
@@ -48,60 +49,59 @@ class ControlLoop:
         self.stopping = False          # a stop reason came up, learner asked to stop
         self.learner_stopped = False
         self.steady_start = self.steady_end = None  # (time, actor steps, learner steps)
-        every = cfg.eval_every_actor_steps
-        self.next_eval = (self.actor_steps // every + 1) * every if every else math.inf
-        next_console = now + cfg.console_every_s
-        next_checkpoint = now + cfg.checkpoint_every_s
-        next_eval_time = now + cfg.eval_every_s if cfg.eval_every_s else math.inf
         self._submit_train()
         self._tend_actors()
-
-        while not self.learner_stopped:
-            self._check_signal()  # SIGINT/SIGTERM: leave for Driver.run's final checkpoint
-            if not self.stopping:
-                self.stop_reason = self._stop_reason()
-                if self.stop_reason:
-                    self.stopping = True
-                    self.stop_deadline = time.monotonic() + cfg.stop_timeout_s
-                    self.learner.request_stop.remote()
-            self._wait_and_handle(0.5)
-            now = time.monotonic()
-            self._tend_actors()
-            self._check_stalls(now)
-            if now >= next_console:
-                next_console = now + cfg.console_every_s
-                self._periodic()
-            eval_due = self.actor_steps >= self.next_eval or now >= next_eval_time
-            if eval_due and self.eval_ref is None and not self.stopping:
-                if every:
-                    self.next_eval = (self.actor_steps // every + 1) * every
-                if cfg.eval_every_s:
-                    next_eval_time = now + cfg.eval_every_s
-                video = cfg.video_every_evals > 0 and self.evals_started % cfg.video_every_evals == 0
-                self.evals_started += 1
-                self.eval_ref = self.evaluator.evaluate.remote(cfg.eval_episodes, video)
-                # The evaluator pulls its weights as it starts, so the result
-                # belongs to the step counts of now, not of when it returns.
-                self.pending[self.eval_ref] = ("eval", self.actor_steps)
-            if now >= next_checkpoint and self.ckpt_ref is None and not self.stopping:
-                next_checkpoint = now + cfg.checkpoint_every_s
-                self.ckpt_ref = self.learner.save_checkpoint.remote(cfg.call_timeout_s)
-                self.pending[self.ckpt_ref] = ("checkpoint",)
+        stop_event = self.stop_event
+        self.controller.run(self, None if stop_event is None else stop_event.is_set)
+        self.stop_reason = self.controller.stop_reason
         self.loop_ended = time.monotonic()
-        self._periodic()
 
-    def _stop_reason(self) -> Optional[str]:
-        """Why the run should stop now, or None: the step budget, the target return, or a request."""
-        if self.actor_steps >= self.max_actor_steps:
-            return "max_actor_steps"
-        target, latest = self.cfg.target_eval_return, self.eval.get("eval_return")
-        if target is not None and latest is not None and latest >= target:
-            return "target_eval_return"
-        if self.stop_event is not None and self.stop_event.is_set():
+    # ------------------------------------------------- controller.Program
+    def steps(self) -> int:
+        return self.actor_steps
+
+    def eval_return(self) -> Optional[float]:
+        return self.eval.get("eval_return")
+
+    def advance(self, max_steps: Optional[int]) -> bool:
+        """Half a second of handling results, replacing actors and checking for stalls."""
+        del max_steps  # actors run their chunks on their own; the budget is counted here
+        self._check_signal()  # SIGINT/SIGTERM: leave for Driver.run's final checkpoint
+        if self.learner_stopped:
+            return True
+        self._wait_and_handle(0.5)
+        self._tend_actors()
+        self._check_stalls(time.monotonic())
+        return self.learner_stopped
+
+    def request_stop(self, reason: str) -> None:
+        if reason == "stop_event":
             self.console.message("stop requested: stopping as at --max-actor-steps (final "
                                  "checkpoint and evaluation)")
-            return "stop_event"
-        return None
+        self.stop_reason = reason
+        self.stopping = True
+        self.stop_deadline = time.monotonic() + self.cfg.stop_timeout_s
+        self.learner.request_stop.remote()
+
+    def evaluate(self, video: bool) -> bool:
+        if self.eval_ref is not None:
+            return False
+        self.evals_started += 1
+        self.eval_ref = self.evaluator.evaluate.remote(self.experiment.eval_episodes, video)
+        # The evaluator pulls its weights as it starts, so the result
+        # belongs to the step counts of now, not of when it returns.
+        self.pending[self.eval_ref] = ("eval", self.actor_steps)
+        return True
+
+    def checkpoint(self) -> bool:
+        if self.ckpt_ref is not None:
+            return False
+        self.ckpt_ref = self.learner.save_checkpoint.remote(self.cfg.call_timeout_s)
+        self.pending[self.ckpt_ref] = ("checkpoint",)
+        return True
+
+    def report(self) -> None:
+        self._periodic()
 
     def _wait_and_handle(self, timeout_s: float) -> None:
         refs = list(self.pending)
@@ -161,6 +161,8 @@ class ControlLoop:
         """
         video = result.pop("video", None)
         self.eval = result
+        if result.get("eval_return") is not None:
+            self.evaluations.append((int(actor_steps), float(result["eval_return"])))
         version = result.get("policy_version")
         learner_steps = int(version) if version is not None and version >= 0 else self.learner_steps
         self.loggers["evaluator"].write(actor_steps, driver_records.finite({

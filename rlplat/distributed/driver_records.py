@@ -6,8 +6,10 @@ import math
 import time
 from typing import Any, Dict, List
 
+from rlplat.experiment import RunResult
 
-def summarize(driver, seconds: float) -> Dict[str, Any]:
+
+def summarize(driver, seconds: float) -> RunResult:
     """Counts, rates and where the time went, for ``driver`` (a ``driver.Driver``) after ``run``.
 
     ``env_steps_per_second`` and ``learner_steps_per_second`` are measured
@@ -22,26 +24,28 @@ def summarize(driver, seconds: float) -> Dict[str, Any]:
     loop_s = None
     if hasattr(driver, "loop_started"):
         loop_s = getattr(driver, "loop_ended", time.monotonic()) - driver.loop_started
-    return {
-        "actor_steps": driver.actor_steps, "learner_steps": driver.learner_steps,
-        "episodes": driver.episodes, "actor_restarts": driver.restarts,
+    details = {
+        "actor_restarts": driver.restarts,
         "physics_errors": driver.physics_errors, "env_errors": driver.env_errors,
-        "stop_reason": driver.stop_reason,
-        "eval_return": driver.eval.get("eval_return"), "eval_policy_version": driver.eval.get("policy_version"),
+        "eval_policy_version": driver.eval.get("policy_version"),
         "actor_policy_versions": [s.policy_version for s in driver.slots],
         "actor_seeds": [s.seed for s in driver.slots],
         "actors": [s.describe() for s in driver.slots],
         "env_steps_per_second": env_rate, "learner_steps_per_second": learn_rate,
-        "samples_per_insert": driver.replay_stats.get("samples_per_insert"),
         "replay_size": driver.replay_stats.get("replay_size"),
         "replay_restored_items": getattr(driver, "replay_restored_items", None),
-        "checkpoint": driver.checkpoint_path, "logdir": driver.logdir, "seconds": seconds,
         "colocate_replay": getattr(driver, "colocate", None),
         "learner_workers": getattr(driver, "learner_workers", None),
         "placement": driver.plan.describe() if hasattr(driver, "plan") else None,
         "node_placement": getattr(driver, "node_placement", None),
         "loop_s": loop_s, **driver.phases,
     }
+    return RunResult(
+        actor_steps=driver.actor_steps, learner_steps=driver.learner_steps, episodes=driver.episodes,
+        eval_return=driver.eval.get("eval_return"), evaluations=tuple(driver.evaluations),
+        stop_reason=driver.stop_reason, checkpoint=driver.checkpoint_path, logdir=driver.logdir,
+        samples_per_insert=driver.replay_stats.get("samples_per_insert"), seconds=seconds,
+        details=details)
 
 
 def episode_returns(stats: Dict[str, Any]) -> List[float]:

@@ -11,7 +11,7 @@ import dataclasses
 import math
 import os
 import uuid
-from typing import Any, List
+from typing import Any, Dict, List
 
 import ray
 
@@ -138,7 +138,7 @@ class WorkerStartup:
             runtime_env=process.runtime_env("evaluator"),
         ).remote(self.builder, self.env, self.env_kwargs, seeding.role_seed(self.seed, "evaluator"),
                  self.learner_name, weights_timeout_s=self.cfg.weights_timeout_s,
-                 startup_timeout_s=self.cfg.startup_timeout_s, video=self.cfg.video_every_evals > 0)
+                 startup_timeout_s=self.cfg.startup_timeout_s, video=self.experiment.video_every_evals > 0)
 
         ready = self._get(self.learner.ready.remote(), self.cfg.startup_timeout_s, "learner start")
         self.replay_address = ready["replay_address"]
@@ -282,7 +282,7 @@ class WorkerStartup:
         config = {"agent": agent_config, "env": self.env, "env_kwargs": self.env_kwargs,
                   "num_actors": self.num_actors, "num_learner_replicas": self.num_replicas,
                   "max_actor_steps": None if self.max_actor_steps == math.inf else self.max_actor_steps,
-                  "seed": self.seed,
+                  "seed": self.seed, "schedule": _schedule_record(self.experiment),
                   "layout": dataclasses.asdict(self.cfg)}
         run_info.write_run_info(self.logdir, config, extra={
             "layout": "ray", "builder": type(self.builder).__name__,
@@ -292,3 +292,10 @@ class WorkerStartup:
             "resumed_from_step": self.restored_step})
         self.loggers["learner"].write_text("config", loggers.config_markdown(config),
                                            step=self.restored_step or 0)
+
+
+def _schedule_record(experiment) -> Dict[str, Any]:
+    """The experiment's evaluation, checkpoint and stop schedule, as ``config.json`` records it."""
+    names = ("eval_every_actor_steps", "eval_every_s", "eval_episodes", "target_eval_return",
+             "checkpoint_every_s", "video_every_evals")
+    return {name: getattr(experiment, name) for name in names}

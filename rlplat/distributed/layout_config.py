@@ -1,8 +1,9 @@
-"""The knobs of a Ray run's layout: where roles go, how often they report,
-pull, evaluate and checkpoint, and how faults are handled (not the agent's).
+"""The knobs of a Ray run's layout: where roles go, how often they report and
+pull, and how faults are handled (not the agent's, nor the experiment's
+schedule, which ``rlplat.experiment.Experiment`` holds).
 
 Ray-free, so a command line is checked before any Ray process starts; the
-driver and `layout.run_on_ray` both read it.
+driver and ``rlplat.runners.run_on_ray`` both read it.
 """
 
 from __future__ import annotations
@@ -19,12 +20,11 @@ class RayLayoutConfig:
     Attributes:
       actor_chunk_steps: environment steps per ``ActorWorker.run_steps`` call.
       learner_chunk_steps: learner steps per ``LearnerWorker.train`` call.
-      eval_every_actor_steps: actor steps between evaluations (0: none by count).
-      eval_every_s: seconds between evaluations (None: none by time); an
-        evaluation runs when either is due, and always at the end.
-      eval_episodes: episodes per evaluation.
-      checkpoint_every_s: seconds between periodic checkpoints.
       console_every_s: seconds between status lines / learner log records.
+      console: print the live status line.
+      address: None (a local Ray instance), "auto" or "HOST:PORT" (``cluster.connect``).
+      num_learner_replicas: learner replicas: GPUs of the learner's node, or
+        logical CPUs; None means every GPU of the node with the most, or 1.
       colocate_replay: host Reverb inside the learner process (in-process
         sampling, no gRPC on the learner's side); None means yes on a local
         Ray instance and no on a cluster.
@@ -40,8 +40,6 @@ class RayLayoutConfig:
       learner_stall_timeout_s: a train chunk running longer means a stuck learner.
       actor_stall_timeout_s: an actor chunk running longer is killed and restarted.
       stop_timeout_s: bound on the learner reaching a step boundary at the end.
-      target_eval_return: stop (like reaching ``max_actor_steps``) as soon as
-        an evaluation's mean return reaches this; None never stops on return.
       weights_timeout_s: bound on one weight pull by an actor.
       envs_per_actor: environments each actor process steps side by side,
         with one policy call for all of them (``rlplat.vector_loop``); the
@@ -84,11 +82,6 @@ class RayLayoutConfig:
         on resume load the one of the restored step before any actor inserts,
         so learning goes on without refilling the warm-up. Without it a resumed
         run starts with an empty replay.
-      video_every_evals: K > 0 renders the first episode of every K-th
-        evaluation (the first one included) and of the final one: an MP4 in
-        ``<logdir>/videos/eval-<actor steps>.mp4`` and an animated GIF in
-        TensorBoard (evaluator, ``eval_video``). Control-suite tasks only
-        (they have a MuJoCo scene); 0: no video.
       debug_eager: the learner runs each step eagerly on one replica, through
         the same ``step_fn`` (``replication.make_replicator(eager=True)``),
         so a ``breakpoint()`` in it stops there: its worker gets
@@ -98,11 +91,10 @@ class RayLayoutConfig:
 
     actor_chunk_steps: int = 1000
     learner_chunk_steps: int = 64
-    eval_every_actor_steps: int = 50_000
-    eval_every_s: Optional[float] = None
-    eval_episodes: int = 2
-    checkpoint_every_s: float = 600.0
     console_every_s: float = 5.0
+    console: bool = True
+    address: Optional[str] = None
+    num_learner_replicas: Optional[int] = None
     colocate_replay: Optional[bool] = None
     learner_threads: Optional[Tuple[int, int]] = None
     actor_max_restarts: int = 5
@@ -112,7 +104,6 @@ class RayLayoutConfig:
     learner_stall_timeout_s: float = 600.0
     actor_stall_timeout_s: float = 600.0
     stop_timeout_s: float = 120.0
-    target_eval_return: Optional[float] = None
     weights_timeout_s: float = 60.0
     prefetch_weights: bool = False
     log_to_driver: bool = False
@@ -123,20 +114,26 @@ class RayLayoutConfig:
     learner_cpus: Optional[float] = None
     allow_unauthenticated_ray: bool = False
     replay_checkpoint: bool = False
-    video_every_evals: int = 0
     debug_eager: bool = False
     envs_per_actor: int = 1
     shared_weights: bool = True
 
     def __post_init__(self):
         self._check_placement()
-        for name in ("actor_chunk_steps", "learner_chunk_steps", "eval_episodes", "num_learner_workers",
-                     "envs_per_actor"):
+        for name in ("actor_chunk_steps", "learner_chunk_steps", "num_learner_workers", "envs_per_actor"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
-        for name in ("eval_every_actor_steps", "actor_max_restarts", "video_every_evals"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0 (got {getattr(self, name)})")
+        if self.actor_max_restarts < 0:
+            raise ValueError(f"actor_max_restarts must be >= 0 (got {self.actor_max_restarts})")
+        if self.num_learner_replicas is not None and self.num_learner_replicas < 1:
+            raise ValueError(f"--num-learner-replicas must be >= 1 (got {self.num_learner_replicas})")
+        if self.num_learner_workers > 1 and self.num_learner_replicas not in (None, 1):
+            raise ValueError(f"--num-learner-replicas {self.num_learner_replicas} cannot be combined with "
+                             f"--num-learner-workers {self.num_learner_workers}: each learner worker uses "
+                             "all of its node's GPUs (or its CPU); drop --num-learner-replicas")
+        if self.debug_eager and (self.num_learner_workers > 1 or (self.num_learner_replicas or 1) > 1):
+            raise ValueError("--debug-eager runs the learner on one device: drop --num-learner-replicas "
+                             "and --num-learner-workers (or set them to 1)")
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.name.endswith("_s") and value is not None and not value > 0:

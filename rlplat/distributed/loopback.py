@@ -17,7 +17,7 @@ jemalloc preload, the raylet drops LD_PRELOAD from workers). The calling
 process itself is not covered: a library is only preloaded when a program
 starts. Cluster runs never use this: their nodes must reach each other.
 
-No Ray import here, so ``rlplat.layouts`` may use ``active_in_this_process``.
+No Ray import here, so ``rlplat.runners.local`` may use ``active_in_this_process``.
 """
 
 from __future__ import annotations

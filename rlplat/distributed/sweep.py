@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Sequence
 
 import ray
 
-from rlplat.distributed import layout as layout_lib
+from rlplat.distributed.layout_config import RayLayoutConfig
+from rlplat.experiment import Experiment
+from rlplat.runners.on_ray import run_on_ray
 
 # The trial's driver: a sliver of CPU, so its own slot never blocks a run.
 DRIVER_CPUS = 0.01
@@ -27,31 +29,29 @@ DRIVER_CPUS = 0.01
 
 @dataclasses.dataclass(frozen=True)
 class TrialSpec:
-    """One run of the sweep: what ``run_on_ray`` gets."""
+    """One run of the sweep: the ``Experiment`` and layout ``run_on_ray`` gets."""
 
     name: str
-    logdir: str
-    seed: int
-    builder: Any
-    env: str
-    env_kwargs: Dict[str, Any]
-    num_actors: int
-    num_learner_replicas: Optional[int]
-    max_actor_steps: Optional[int]
-    layout: layout_lib.RayLayoutConfig
+    experiment: Experiment
+    layout: RayLayoutConfig
     overrides: Dict[str, Any]
+
+    @property
+    def logdir(self) -> str:
+        return self.experiment.logdir
+
+    @property
+    def seed(self) -> int:
+        return self.experiment.seed
 
 
 def _trial(config: Dict[str, Any], trials: Sequence[TrialSpec]) -> None:
     from ray import tune  # pylint: disable=g-import-not-at-top
 
     spec = trials[config["trial"]]
-    summary = layout_lib.run_on_ray(
-        spec.builder, spec.env, spec.env_kwargs, num_actors=spec.num_actors,
-        num_learner_replicas=spec.num_learner_replicas, max_actor_steps=spec.max_actor_steps,
-        logdir=spec.logdir, seed=spec.seed, console=False, layout=spec.layout)
-    tune.report({"actor_steps": summary["actor_steps"], "learner_steps": summary["learner_steps"],
-                 "eval_return": summary.get("eval_return"), "stop_reason": summary.get("stop_reason")})
+    result = run_on_ray(spec.experiment, dataclasses.replace(spec.layout, console=False))
+    tune.report({"actor_steps": result.actor_steps, "learner_steps": result.learner_steps,
+                 "eval_return": result.eval_return, "stop_reason": result.stop_reason})
 
 
 def run_trials(trials: Sequence[TrialSpec], sweep_dir: str, max_concurrent: int) -> List[Dict[str, Any]]:

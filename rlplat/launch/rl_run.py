@@ -283,22 +283,30 @@ def _unwind_on_sigterm():
 
 
 def env_kwargs_from_args(args: argparse.Namespace) -> Dict[str, Any]:
-    """``run_on_ray``'s ``env_kwargs`` from the run flags."""
+    """The ``EnvironmentFactory`` kwargs from the run flags."""
     return {"action_repeat": args.action_repeat} if args.action_repeat != 1 else {}
+
+
+def experiment_from_args(args: argparse.Namespace, logdir: str, builder: Any) -> Any:
+    """The ``Experiment`` the run flags describe (``rlplat train`` and ``rlplat sweep``)."""
+    from rlplat.experiment import EnvironmentFactory, Experiment  # pylint: disable=g-import-not-at-top
+
+    by_steps = args.eval_every_steps is not None
+    return Experiment(builder, EnvironmentFactory(args.env, env_kwargs_from_args(args)), seed=args.seed,
+                      num_actors=args.num_actors, max_actor_steps=args.max_actor_steps,
+                      eval_every_actor_steps=args.eval_every_steps if by_steps else 0,
+                      eval_every_s=None if by_steps else args.eval_period,
+                      eval_episodes=args.eval_episodes, target_eval_return=args.target_eval_return,
+                      checkpoint_every_s=args.checkpoint_period, video_every_evals=args.video_every,
+                      logdir=logdir, resume=bool(args.resume))
 
 
 def layout_kwargs_from_args(args: argparse.Namespace) -> Dict[str, Any]:
     """``RayLayoutConfig`` fields from the run flags (``rlplat train`` and ``rlplat sweep``)."""
-    by_steps = args.eval_every_steps is not None
-    return dict(eval_every_actor_steps=args.eval_every_steps if by_steps else 0,
-                eval_every_s=None if by_steps else args.eval_period,
-                eval_episodes=args.eval_episodes,
-                checkpoint_every_s=args.checkpoint_period,
-                target_eval_return=args.target_eval_return,
+    return dict(address=args.address, num_learner_replicas=args.num_learner_replicas,
                 num_learner_workers=args.num_learner_workers,
                 allow_unauthenticated_ray=args.allow_unauthenticated_ray,
                 replay_checkpoint=bool(args.replay_checkpoint),
-                video_every_evals=args.video_every,
                 debug_eager=args.debug_eager,
                 envs_per_actor=args.envs_per_actor,
                 **common.placement_from_args(args))
@@ -315,20 +323,16 @@ def _run_on_ray(args: argparse.Namespace, logdir: str, make_builder: Callable[[]
     tf_setup.import_tensorflow()
     from rlplat.distributed import cluster  # pylint: disable=g-import-not-at-top
     from rlplat.distributed.errors import RunFailedError, RunInterrupted  # pylint: disable=g-import-not-at-top
-    from rlplat.distributed.layout import RayLayoutConfig, run_on_ray  # pylint: disable=g-import-not-at-top
+    from rlplat.runners import RayLayoutConfig, run_on_ray  # pylint: disable=g-import-not-at-top
 
-    env_kwargs = env_kwargs_from_args(args)
     try:
         knobs = RayLayoutConfig(**layout_kwargs_from_args(args), **dict(layout_overrides or {}))
-        builder = make_builder()
+        experiment = experiment_from_args(args, logdir, make_builder())
     except ValueError as e:
         raise common.UsageError(str(e)) from None
     print(f"{'resuming' if args.resume else 'run'} in {logdir}", flush=True)
     try:
-        return run_on_ray(builder, args.env, env_kwargs,
-                          num_actors=args.num_actors, num_learner_replicas=args.num_learner_replicas,
-                          max_actor_steps=args.max_actor_steps, logdir=logdir, seed=args.seed,
-                          resume=args.resume, address=args.address, layout=knobs)
+        return run_on_ray(experiment, knobs)
     except (ValueError, cluster.ClusterConnectionError) as e:
         raise common.UsageError(str(e)) from None
     except RunFailedError as e:

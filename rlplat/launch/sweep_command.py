@@ -143,7 +143,7 @@ def _run(args, module, sweep_dir: str, prepared, trial_cpus: float) -> int:
     tf_setup.import_tensorflow()
     from rlplat.distributed import cluster  # pylint: disable=g-import-not-at-top
     from rlplat.distributed import sweep  # pylint: disable=g-import-not-at-top
-    from rlplat.distributed.layout import RayLayoutConfig  # pylint: disable=g-import-not-at-top
+    from rlplat.distributed.layout_config import RayLayoutConfig  # pylint: disable=g-import-not-at-top
 
     os.makedirs(sweep_dir, exist_ok=True)
     try:
@@ -162,14 +162,11 @@ def _run(args, module, sweep_dir: str, prepared, trial_cpus: float) -> int:
         for trial, logdir, make_builder, overrides in prepared:
             try:
                 layout = RayLayoutConfig(**rl_run.layout_kwargs_from_args(trial))
-                builder = make_builder()
+                experiment = rl_run.experiment_from_args(trial, logdir, make_builder())
             except ValueError as e:
                 raise common.UsageError(str(e)) from None
-            specs.append(sweep.TrialSpec(
-                name=os.path.basename(logdir), logdir=logdir, seed=trial.seed, builder=builder,
-                env=trial.env, env_kwargs=rl_run.env_kwargs_from_args(trial), num_actors=trial.num_actors,
-                num_learner_replicas=trial.num_learner_replicas, max_actor_steps=trial.max_actor_steps,
-                layout=layout, overrides=overrides))
+            specs.append(sweep.TrialSpec(name=os.path.basename(logdir), experiment=experiment,
+                                         layout=layout, overrides=overrides))
         print(f"sweep in {sweep_dir}: {len(specs)} trial(s) of {module.NAME} on {args.env}, "
               f"{trial_cpus:g} CPUs each, {min(concurrent, len(specs))} at once on {total:g} CPUs",
               flush=True)

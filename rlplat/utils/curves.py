@@ -26,7 +26,8 @@ X_AXES = ("env_steps", "learner_steps", "wall_time")
 _BOOKKEEPING = {"seed", "max_actor_steps", "max_steps", "argv", "logdir", "resume",
                 "layout.console_every_s", "layout.log_to_driver", "layout.checkpoint_every_s",
                 "layout.target_eval_return", "layout.stop_timeout_s", "layout.startup_timeout_s",
-                "layout.call_timeout_s", "layout.weights_timeout_s"}
+                "layout.call_timeout_s", "layout.weights_timeout_s", "layout.console", "layout.address",
+                "schedule.checkpoint_every_s", "schedule.target_eval_return"}
 
 
 class CurveError(ValueError):

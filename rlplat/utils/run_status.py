@@ -157,7 +157,8 @@ def read_status(logdir: str, now: Optional[float] = None) -> Dict[str, Any]:
                        "age_s": now - evals[-1]["wall_time"] if "wall_time" in evals[-1] else None}
                       if evals else None),
         "best_eval": max((r["eval_return"] for r in evals), default=None),
-        "target_eval_return": config.get("layout", {}).get("target_eval_return"),
+        # Runs before the experiment/layout split kept the schedule under "layout".
+        "target_eval_return": (config.get("schedule") or config.get("layout") or {}).get("target_eval_return"),
         "checkpoint": _checkpoint(logdir),
         "eta_s": eta_s,
         "events": [{k: r.get(k) for k in ("event", "actor_index", "step", "wall_time")}

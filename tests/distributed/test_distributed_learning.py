@@ -84,17 +84,17 @@ def _untrained_policy_return(config):
 def test_d4pg_beats_random_policy_by_far(tmp_path):
     from agents.d4pg.builder import D4PGBuilder
     from agents.d4pg.config import D4PGConfig
-    from rlplat.distributed.layout import RayLayoutConfig, run_on_ray
+    from rlplat.runners import Experiment, RayLayoutConfig, run_on_ray
 
     config = D4PGConfig(**CONFIG_CHANGES)
     random_return, untrained_return = _random_policy_return(), _untrained_policy_return(config)
     baseline = max(random_return, untrained_return)
     bar = baseline + GAP_CLOSED * (MAX_RETURN - baseline)
     logdir = tmp_path / "run"
-    knobs = RayLayoutConfig(eval_every_actor_steps=EVAL_EVERY, eval_episodes=3, checkpoint_every_s=3600.0,
-                            target_eval_return=bar)
-    run_on_ray(D4PGBuilder(config=config), TASK, num_actors=2, max_actor_steps=MAX_ACTOR_STEPS,
-                         logdir=str(logdir), seed=1, console=False, layout=knobs)
+    experiment = Experiment(D4PGBuilder(config=config), TASK, num_actors=2, max_actor_steps=MAX_ACTOR_STEPS,
+                            logdir=str(logdir), seed=1, eval_every_actor_steps=EVAL_EVERY, eval_episodes=3,
+                            checkpoint_every_s=3600.0, target_eval_return=bar)
+    run_on_ray(experiment, RayLayoutConfig(console=False))
 
     evaluations = [r for r in map(json.loads, (logdir / "metrics.jsonl").read_text().splitlines())
                    if r.get("role") == "evaluator"]

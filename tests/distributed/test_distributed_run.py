@@ -27,7 +27,8 @@ from agents.d4pg.builder import D4PGBuilder
 from agents.d4pg.config import D4PGConfig
 from rlplat.distributed import cluster
 from rlplat.distributed import counters
-from rlplat.distributed import layout
+from rlplat import runners
+from rlplat.distributed import errors
 from rlplat.distributed import seeding
 from rlplat.utils import loggers
 
@@ -42,10 +43,9 @@ SMALL = D4PGConfig(policy_layer_sizes=(32, 32), critic_layer_sizes=(32, 32), num
 BUILDER = D4PGBuilder(config=SMALL, steps_per_call=4)
 # No periodic evaluation: the tests check the final one, and on 2 cores a
 # greedy episode mid-run only slows every run down.
-LAYOUT = layout.RayLayoutConfig(actor_chunk_steps=500, learner_chunk_steps=16, console_every_s=1.0,
-                                eval_every_actor_steps=0, eval_episodes=1, stop_timeout_s=60)
-# The first run also records its final evaluation on video.
-VIDEO_LAYOUT = dataclasses.replace(LAYOUT, video_every_evals=1)
+LAYOUT = runners.RayLayoutConfig(actor_chunk_steps=500, learner_chunk_steps=16, console_every_s=1.0,
+                                 stop_timeout_s=60, console=False)
+SCHEDULE = dict(eval_every_actor_steps=0, eval_episodes=1)
 
 
 @pytest.fixture(scope="module")
@@ -59,8 +59,9 @@ def ray_session():
 def first_run(ray_session, tmp_path_factory):
     del ray_session
     logdir = str(tmp_path_factory.mktemp("d4pg") / "run")
-    summary = layout.run_on_ray(BUILDER, ENV, num_actors=2, max_actor_steps=FIRST_STEPS, logdir=logdir,
-                                seed=SEED, console=False, layout=VIDEO_LAYOUT)
+    summary = runners.run_on_ray(runners.Experiment(
+        BUILDER, ENV, num_actors=2, max_actor_steps=FIRST_STEPS, logdir=logdir, seed=SEED,
+        video_every_evals=1, **SCHEDULE), LAYOUT)  # the final evaluation also on video
     return logdir, summary
 
 
@@ -195,13 +196,13 @@ def _kill_when_busy(prefix: str, stop: threading.Event, killed: list) -> None:
         time.sleep(0.2)
 
 
-def _run_while_killing(prefix: str, builder=BUILDER, num_actors=2, **kwargs):
+def _run_while_killing(prefix: str, builder=BUILDER, num_actors=2, layout=LAYOUT, stop_event=None, **kwargs):
     stop, killed = threading.Event(), []
     killer = threading.Thread(target=_kill_when_busy, args=(prefix, stop, killed), daemon=True)
     killer.start()
     try:
-        return layout.run_on_ray(builder, ENV, num_actors=num_actors, seed=SEED, console=False,
-                                 **kwargs), killed
+        experiment = runners.Experiment(builder, ENV, num_actors=num_actors, seed=SEED, **SCHEDULE, **kwargs)
+        return runners.run_on_ray(experiment, layout, stop_event=stop_event), killed
     finally:
         stop.set()
         killer.join(5)
@@ -324,9 +325,10 @@ def test_a_crash_looping_actor_is_restarted_then_given_up_with_one_line(ray_sess
     loop_layout = dataclasses.replace(LAYOUT, actor_max_restarts=1, actor_restart_window_s=600)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests
     try:
-        with pytest.raises(layout.RunFailedError) as info:
-            layout.run_on_ray(crashing, ENV, num_actors=1, max_actor_steps=10_000_000, logdir=logdir,
-                              seed=SEED, console=False, layout=loop_layout)
+        with pytest.raises(errors.RunFailedError) as info:
+            runners.run_on_ray(runners.Experiment(
+                crashing, ENV, num_actors=1, max_actor_steps=10_000_000, logdir=logdir, seed=SEED, **SCHEDULE),
+                loop_layout)
     finally:
         ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
     text = str(info.value)
@@ -347,7 +349,7 @@ def test_a_dead_replay_server_or_learner_ends_the_run_with_one_line(ray_session,
                                                                      message):
     del ray_session
     separate_replay = dataclasses.replace(LAYOUT, colocate_replay=False)
-    with pytest.raises(layout.RunFailedError) as info:  # one actor: fewer processes to start
+    with pytest.raises(errors.RunFailedError) as info:  # one actor: fewer processes to start
         _run_while_killing(victim, num_actors=1, max_actor_steps=10_000_000,
                            logdir=str(tmp_path / "run"), layout=separate_replay)
     text = str(info.value)
@@ -406,15 +408,16 @@ def test_a_killed_colocated_learner_ends_the_run_within_60s_and_resume_continues
 
     del ray_session
     logdir = str(tmp_path / "run")
-    colocated = dataclasses.replace(LAYOUT, colocate_replay=True, checkpoint_every_s=2.0)
+    colocated = dataclasses.replace(LAYOUT, colocate_replay=True)
     stop, killed = threading.Event(), []
     killer = threading.Thread(target=_kill_learner_after_a_trained_checkpoint,
                               args=(logdir, stop, killed), daemon=True)
     killer.start()
     try:
-        with pytest.raises(layout.RunFailedError) as info:
-            layout.run_on_ray(BUILDER, ENV, num_actors=1, max_actor_steps=10_000_000, logdir=logdir,
-                              seed=SEED, console=False, layout=colocated)
+        with pytest.raises(errors.RunFailedError) as info:
+            runners.run_on_ray(runners.Experiment(
+                BUILDER, ENV, num_actors=1, max_actor_steps=10_000_000, logdir=logdir, seed=SEED,
+                checkpoint_every_s=2.0, **SCHEDULE), colocated)
         ended = time.monotonic()
     finally:
         stop.set()
@@ -455,9 +458,9 @@ def test_a_killed_colocated_learner_ends_the_run_within_60s_and_resume_continues
     with open(jsonl) as f:
         before = f.readline()
     resumed_at = time.time()
-    summary = layout.run_on_ray(BUILDER, ENV, num_actors=1, seed=SEED, console=False, logdir=logdir,
-                                resume=True, max_actor_steps=saved_counters["actor_steps"] + 1000,
-                                layout=LAYOUT)
+    summary = runners.run_on_ray(runners.Experiment(
+        BUILDER, ENV, num_actors=1, seed=SEED, logdir=logdir, resume=True,
+        max_actor_steps=saved_counters["actor_steps"] + 1000, **SCHEDULE), LAYOUT)
     assert summary["actor_steps"] == saved_counters["actor_steps"] + sum(
         a["steps"] for a in summary["actors"])
     assert summary["learner_steps"] > step
@@ -527,8 +530,8 @@ class _BadActions:
 def _run_faulty(builder, logdir):
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests
     try:
-        return layout.run_on_ray(builder, ENV, num_actors=1, max_actor_steps=2_000, logdir=logdir,
-                                 seed=SEED, console=False, layout=LAYOUT)
+        return runners.run_on_ray(runners.Experiment(
+            builder, ENV, num_actors=1, max_actor_steps=2_000, logdir=logdir, seed=SEED, **SCHEDULE), LAYOUT)
     finally:
         ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 

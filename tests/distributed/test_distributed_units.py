@@ -9,7 +9,7 @@ import pytest
 from rlplat.distributed import actor_slots
 from rlplat.distributed import cluster
 from rlplat.distributed import counters
-from rlplat.distributed import layout
+from rlplat import runners
 from rlplat.distributed import progress
 from rlplat.distributed import resources
 from rlplat.distributed import seeding
@@ -104,9 +104,9 @@ def test_counters_follow_checkpoints(tmp_path):
 
 def test_layout_config_is_validated():
     with pytest.raises(ValueError, match="actor_chunk_steps"):
-        layout.RayLayoutConfig(actor_chunk_steps=0)
+        runners.RayLayoutConfig(actor_chunk_steps=0)
     with pytest.raises(ValueError, match="stop_timeout_s"):
-        layout.RayLayoutConfig(stop_timeout_s=0)
+        runners.RayLayoutConfig(stop_timeout_s=0)
 
 
 def test_restart_budget_counts_restarts_per_window_not_per_lifetime():
@@ -124,9 +124,9 @@ def test_restart_budget_counts_restarts_per_window_not_per_lifetime():
 
 def test_restart_knobs_and_stop_event_are_validated():
     with pytest.raises(ValueError, match="actor_max_restarts must be >= 0"):
-        layout.RayLayoutConfig(actor_max_restarts=-1)
+        runners.RayLayoutConfig(actor_max_restarts=-1)
     with pytest.raises(ValueError, match="actor_restart_window_s must be > 0"):
-        layout.RayLayoutConfig(actor_restart_window_s=0)
+        runners.RayLayoutConfig(actor_restart_window_s=0)
     with pytest.raises(ValueError, match="stop_event must be a threading.Event") as info:
-        layout.run_on_ray(None, "cartpole:swingup", stop_event=True)
+        runners.run_on_ray(runners.Experiment(None, "cartpole:swingup"), stop_event=True)
     assert "\n" not in str(info.value)

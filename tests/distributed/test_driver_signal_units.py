@@ -19,15 +19,15 @@ from rlplat.distributed import cluster
 from rlplat.distributed import progress
 from rlplat.distributed.driver import Driver
 from rlplat.distributed.errors import RunInterrupted
-from rlplat.distributed.layout import RayLayoutConfig
+from rlplat.experiment import Experiment
+from rlplat.distributed.layout_config import RayLayoutConfig
 from rlplat.launch import cli
 from rlplat.launch import rl_run
 
 
 def _driver():
-    driver = Driver(builder=None, env="cartpole:swingup", env_kwargs={}, num_actors=1, num_replicas=1,
-                    max_actor_steps=None, logdir="unused", seed=0, restored_step=None, address=None,
-                    console=True, layout=RayLayoutConfig())
+    driver = Driver(Experiment(None, "cartpole:swingup", num_actors=1, logdir="unused"),
+                    RayLayoutConfig(num_learner_replicas=1), restored_step=None)
     driver.out = io.StringIO()
     driver.console = progress.ConsoleLine(True, stream=driver.out)
     return driver
@@ -212,11 +212,12 @@ from rlplat.distributed import cluster
 from rlplat.distributed import progress
 from rlplat.distributed.driver import Driver
 from rlplat.distributed.errors import RunInterrupted
-from rlplat.distributed.layout import RayLayoutConfig
+from rlplat.distributed.layout_config import RayLayoutConfig
+from rlplat.experiment import Experiment
 
 cluster.connect(num_cpus=1)
-driver = Driver(None, "cartpole:swingup", {}, 1, 1, None, "unused", 0, None, None, False,
-                RayLayoutConfig())
+driver = Driver(Experiment(None, "cartpole:swingup", num_actors=1, logdir="unused"),
+                RayLayoutConfig(num_learner_replicas=1, console=False), None)
 driver._install_signal_handlers()
 
 @ray.remote

@@ -248,11 +248,14 @@ def _real_builder(samples_per_insert: float):
 
 
 def _group_layout():
-    from rlplat.distributed import layout  # pylint: disable=g-import-not-at-top
+    from rlplat import runners  # pylint: disable=g-import-not-at-top
 
-    return layout.RayLayoutConfig(num_learner_workers=2, actor_chunk_steps=400, learner_chunk_steps=8,
-                                  console_every_s=1.0, eval_every_actor_steps=0, eval_episodes=1,
-                                  stop_timeout_s=60, learner_stall_timeout_s=180)
+    return runners.RayLayoutConfig(num_learner_workers=2, actor_chunk_steps=400, learner_chunk_steps=8,
+                                   console_every_s=1.0, console=False, stop_timeout_s=60,
+                                   learner_stall_timeout_s=180)
+
+
+GROUP_SCHEDULE = dict(eval_every_actor_steps=0, eval_episodes=1)
 
 
 def _wait_for_free_cpus(expected: float, timeout_s: float = 30.0) -> bool:
@@ -281,12 +284,12 @@ def _chief_files(steps):
 def group_run(ray_session, tmp_path_factory):
     """One short run_on_ray with W=2 learner workers, stopped at FIRST_ACTOR_STEPS."""
     del ray_session
-    from rlplat.distributed import layout  # pylint: disable=g-import-not-at-top
+    from rlplat import runners  # pylint: disable=g-import-not-at-top
 
     logdir = str(tmp_path_factory.mktemp("group_run") / "run")
-    summary = layout.run_on_ray(_real_builder(4.0), "cartpole:swingup", num_actors=1,
-                                max_actor_steps=FIRST_ACTOR_STEPS, logdir=logdir, seed=3,
-                                console=False, layout=_group_layout())
+    summary = runners.run_on_ray(runners.Experiment(
+        _real_builder(4.0), "cartpole:swingup", num_actors=1, max_actor_steps=FIRST_ACTOR_STEPS, logdir=logdir,
+        seed=3, **GROUP_SCHEDULE), _group_layout())
     return logdir, summary
 
 
@@ -315,7 +318,7 @@ def test_run_on_ray_with_two_learner_workers_finishes(group_run):
 
 @pytest.mark.slow
 def test_run_with_two_learner_workers_resumes_from_the_chiefs_checkpoint(group_run):
-    from rlplat.distributed import layout  # pylint: disable=g-import-not-at-top
+    from rlplat import runners  # pylint: disable=g-import-not-at-top
     from rlplat.utils import loggers  # pylint: disable=g-import-not-at-top
 
     logdir, first = group_run
@@ -323,9 +326,9 @@ def test_run_with_two_learner_workers_resumes_from_the_chiefs_checkpoint(group_r
     assert _checkpoint_files(logdir) == _chief_files([first_steps])
     total = FIRST_ACTOR_STEPS + 600
     resumed_at = time.time()
-    summary = layout.run_on_ray(_real_builder(4.0), "cartpole:swingup", num_actors=1,
-                                max_actor_steps=total, logdir=logdir, seed=3, resume=True,
-                                console=False, layout=_group_layout())
+    summary = runners.run_on_ray(runners.Experiment(
+        _real_builder(4.0), "cartpole:swingup", num_actors=1, max_actor_steps=total, logdir=logdir, seed=3,
+        resume=True, **GROUP_SCHEDULE), _group_layout())
     assert summary["learner_workers"] == 2
     # Counters continued from the checkpoint: 600 more actor steps at samples_per_insert 4
     # are ~75 learner steps (replay is refilled to min_replay_size 200 first: >= 40).
@@ -346,18 +349,18 @@ def test_run_with_two_learner_workers_resumes_from_the_chiefs_checkpoint(group_r
 
 def test_layout_refuses_what_a_learner_group_cannot_do():
     from agents.d4pg.builder import D4PGBuilder as RealBuilder  # pylint: disable=g-import-not-at-top
-    from rlplat.distributed import layout  # pylint: disable=g-import-not-at-top
+    from rlplat import runners  # pylint: disable=g-import-not-at-top
 
     with pytest.raises(ValueError, match="num_learner_workers must be >= 1"):
-        layout.RayLayoutConfig(num_learner_workers=0)
+        runners.RayLayoutConfig(num_learner_workers=0)
     with pytest.raises(ValueError, match="replay in its own process"):
-        layout.RayLayoutConfig(num_learner_workers=2, colocate_replay=True)
-    two = layout.RayLayoutConfig(num_learner_workers=2)
+        runners.RayLayoutConfig(num_learner_workers=2, colocate_replay=True)
+    two = runners.RayLayoutConfig(num_learner_workers=2)
     with pytest.raises(ValueError, match="drop --num-learner-replicas"):
-        layout.run_on_ray(RealBuilder(), "cartpole:swingup", num_learner_replicas=2, layout=two)
+        dataclasses.replace(two, num_learner_replicas=2)
     with pytest.raises(ValueError, match="multiple of 3 such as 255"):
-        layout.run_on_ray(RealBuilder(), "cartpole:swingup",
-                          layout=layout.RayLayoutConfig(num_learner_workers=3))
+        runners.run_on_ray(runners.Experiment(RealBuilder(), "cartpole:swingup"),
+                           runners.RayLayoutConfig(num_learner_workers=3))
 
 
 @pytest.mark.parametrize("args, fragment", [

@@ -18,7 +18,7 @@ from agents.d4pg.config import D4PGConfig
 from rlplat import replay_rules
 from rlplat.distributed import cluster
 from rlplat.distributed import counters
-from rlplat.distributed import layout
+from rlplat import runners
 from rlplat.replay import checkpoints
 from rlplat.utils import loggers
 
@@ -29,9 +29,8 @@ CONFIG = D4PGConfig(policy_layer_sizes=(32, 32), critic_layer_sizes=(32, 32), nu
                     global_batch_size=32, min_replay_size=1000, samples_per_insert=8.0,
                     max_replay_size=100_000, variable_update_period=100)
 BUILDER = D4PGBuilder(config=CONFIG, steps_per_call=4)
-LAYOUT = layout.RayLayoutConfig(actor_chunk_steps=500, learner_chunk_steps=16, console_every_s=1.0,
-                                eval_every_actor_steps=0, eval_episodes=1, stop_timeout_s=60,
-                                replay_checkpoint=True)
+LAYOUT = runners.RayLayoutConfig(actor_chunk_steps=500, learner_chunk_steps=16, console_every_s=1.0,
+                                 console=False, stop_timeout_s=60, replay_checkpoint=True)
 
 
 @pytest.fixture(scope="module")
@@ -42,8 +41,9 @@ def ray_session():
 
 
 def _run(logdir, max_actor_steps, resume):
-    return layout.run_on_ray(BUILDER, ENV, num_actors=1, max_actor_steps=max_actor_steps, logdir=logdir,
-                             seed=5, resume=resume, console=False, layout=LAYOUT)
+    experiment = runners.Experiment(BUILDER, ENV, num_actors=1, max_actor_steps=max_actor_steps, logdir=logdir,
+                                    seed=5, resume=resume, eval_every_actor_steps=0, eval_episodes=1)
+    return runners.run_on_ray(experiment, LAYOUT)
 
 
 def test_replay_saved_with_the_final_checkpoint_is_restored_and_learning_resumes_without_refilling(

@@ -9,7 +9,7 @@ import argparse
 
 import pytest
 
-from rlplat.distributed import layout
+from rlplat import runners
 from rlplat.distributed import placement
 from rlplat.distributed import resources
 from rlplat.launch import common
@@ -144,12 +144,12 @@ def test_custom_resource_requests_are_validated():
 
 
 def test_layout_config_validates_placement_fields():
-    cfg = layout.RayLayoutConfig(actor_resources={"actor": 1}, learner_cpus=2)
+    cfg = runners.RayLayoutConfig(actor_resources={"actor": 1}, learner_cpus=2)
     assert cfg.actor_resources == {"actor": 1.0} and cfg.learner_resources is None
     with pytest.raises(ValueError, match="--actor-cpus must be > 0"):
-        layout.RayLayoutConfig(actor_cpus=0)
+        runners.RayLayoutConfig(actor_cpus=0)
     with pytest.raises(ValueError, match="GPU is not a custom resource"):
-        layout.RayLayoutConfig(learner_resources={"GPU": 1})
+        runners.RayLayoutConfig(learner_resources={"GPU": 1})
 
 
 def test_placement_flags_parse_and_reject_bad_values(capsys):

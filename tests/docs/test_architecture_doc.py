@@ -124,3 +124,45 @@ def test_every_rlplat_package_and_module_is_in_the_package_table():
             present.add(f"rlplat/{name}")
     assert present - listed == set(), "add these to the Packages table of docs/architecture.md"
     assert {"agents/<name>/", "envs/"} <= listed
+
+
+def import_cycles(table: dict) -> list:
+    """Every group of first-party modules that import each other in a circle, lazy imports included."""
+    graph = {m: sorted(t for t in imported if t in table and t != m) for m, imported in table.items()}
+    index, low, on_stack, stack, cycles = {}, {}, set(), [], []
+
+    def visit(node):  # Tarjan's strongly connected components
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                cycles.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(cycles)
+
+
+def test_no_module_imports_itself_through_others():
+    assert import_cycles(import_table()) == []
+
+
+def test_a_cycle_through_a_lazy_import_is_found():
+    table = {"rlplat.a": {"rlplat.b"}, "rlplat.b": {"rlplat.c", "numpy"}, "rlplat.c": {"rlplat.a"},
+             "rlplat.d": {"rlplat.a"}}
+    assert import_cycles(table) == [["rlplat.a", "rlplat.b", "rlplat.c"]]

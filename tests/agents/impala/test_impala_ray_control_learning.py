@@ -44,18 +44,17 @@ def _baselines(config):
 def test_impala_learns_cartpole_swingup_far_above_random_and_untrained(tmp_path):
     from agents.impala.builder import IMPALABuilder
     from agents.impala.config import IMPALAConfig
-    from rlplat.distributed.layout import RayLayoutConfig, run_on_ray
+    from rlplat.runners import Experiment, RayLayoutConfig, run_on_ray
 
     config = IMPALAConfig(reward_scale=0.1)  # what the control suite needs (the config's docstring)
     random, untrained = _baselines(config)
     baseline = max(random, untrained)
     bar = baseline + GAP_CLOSED * (MAX_RETURN - baseline)
     logdir = tmp_path / "run"
-    knobs = RayLayoutConfig(eval_every_actor_steps=EVAL_EVERY, eval_episodes=3,
+    experiment = Experiment(IMPALABuilder(config=config), TASK, num_actors=2, max_actor_steps=MAX_ACTOR_STEPS,
+                            logdir=str(logdir), seed=1, eval_every_actor_steps=EVAL_EVERY, eval_episodes=3,
                             checkpoint_every_s=3600.0, target_eval_return=bar)
-    summary = run_on_ray(IMPALABuilder(config=config), TASK, num_actors=2,
-                         max_actor_steps=MAX_ACTOR_STEPS, logdir=str(logdir), seed=1,
-                         console=False, layout=knobs)
+    summary = run_on_ray(experiment, RayLayoutConfig(console=False))
 
     evaluations = [r for r in map(json.loads, (logdir / "metrics.jsonl").read_text().splitlines())
                    if r.get("role") == "evaluator"]

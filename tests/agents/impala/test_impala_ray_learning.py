@@ -39,17 +39,16 @@ def _random_policy_return(num_episodes=20, seed=0):
 def test_impala_beats_random_policy_by_far_on_cartpole(tmp_path):
     from agents.impala.builder import IMPALABuilder
     from agents.impala.config import IMPALAConfig
-    from rlplat.distributed.layout import RayLayoutConfig, run_on_ray
+    from rlplat.runners import Experiment, RayLayoutConfig, run_on_ray
 
     random_return = _random_policy_return()
     bar = BAR
     assert bar > 10 * random_return  # the bar is far above chance
     logdir = tmp_path / "run"
-    knobs = RayLayoutConfig(eval_every_actor_steps=EVAL_EVERY, eval_episodes=3,
+    experiment = Experiment(IMPALABuilder(config=IMPALAConfig()), TASK, num_actors=2, max_actor_steps=MAX_ACTOR_STEPS,
+                            logdir=str(logdir), seed=1, eval_every_actor_steps=EVAL_EVERY, eval_episodes=3,
                             checkpoint_every_s=3600.0, target_eval_return=bar)
-    summary = run_on_ray(IMPALABuilder(config=IMPALAConfig()), TASK, num_actors=2,
-                         max_actor_steps=MAX_ACTOR_STEPS, logdir=str(logdir), seed=1,
-                         console=False, layout=knobs)
+    summary = run_on_ray(experiment, RayLayoutConfig(console=False))
 
     records = [json.loads(line) for line in (logdir / "metrics.jsonl").read_text().splitlines()]
     evaluations = [r for r in records if r.get("role") == "evaluator"]

@@ -1,4 +1,4 @@
-"""``run_on_ray``: the driver of a distributed actor-learner run.
+"""``run_on_ray``: an ``Experiment`` with actors, learner and replay on Ray.
 
 Start order: Ray -> replay (unless co-located in the learner) -> learner
 (restores on ``resume``; with ``num_learner_workers`` W > 1 a
@@ -53,53 +53,34 @@ node can write (a shared file system).
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import threading
-from typing import Any, Dict, Optional
+from typing import Optional
 
 from rlplat.distributed import counters
-from rlplat.distributed.errors import RunFailedError, RunInterrupted  # noqa: F401  (part of the API)
-from rlplat.distributed.layout_config import RayLayoutConfig  # noqa: F401  (part of the API)
+from rlplat.distributed.layout_config import RayLayoutConfig
+from rlplat.experiment import Experiment, RunResult
 
 
-def run_on_ray(builder, env: str, env_kwargs: Optional[Dict[str, Any]] = None, *,
-               num_actors: int = 2, num_learner_replicas: Optional[int] = None,
-               max_actor_steps: Optional[int] = None,
-               logdir: Optional[str] = None, seed: int = 0, resume: bool = False,
-               address: Optional[str] = None, console: bool = True,
-               layout: Optional[RayLayoutConfig] = None,
-               stop_event: Optional[threading.Event] = None) -> Dict[str, Any]:
-    """Trains ``builder``'s agent on ``env`` with actors, a learner and replay on Ray.
+def run_on_ray(experiment: Experiment, layout: Optional[RayLayoutConfig] = None, *,
+               stop_event: Optional[threading.Event] = None) -> RunResult:
+    """Runs ``experiment`` with actors, a learner and replay on Ray.
 
-    The arguments mirror ``rlplat train <agent>``'s flags: ``--env``,
-    ``--num-actors``, ``--num-learner-replicas``, ``--max-actor-steps``,
-    ``--logdir``, ``--seed``, ``--resume``, ``--address``.
+    The same call as ``rlplat.runners.run_local``, with this runner's layout.
 
     Args:
-      builder: an ``AgentBuilder`` (picklable: it holds only its config).
-      env: "domain:task" for ``envs.make_environment``.
-      env_kwargs: extra ``make_environment`` arguments (action_repeat, ...).
-      num_actors: actor processes.
-      num_learner_replicas: learner replicas: GPUs of the learner's node, or
-        logical CPUs; None means every GPU of the node with the most, or 1.
-      max_actor_steps: stop after this many environment steps in total (a
-        resumed run counts the steps before the restart too); None runs until
-        SIGINT/SIGTERM.
-      logdir: run directory (default ``runs/ray-<timestamp>``).
-      seed: the global seed; each actor's seed is ``seeding.actor_seed(seed, i)``.
-      resume: continue the run in ``logdir`` from its newest checkpoint.
-      address: None (local Ray), "auto" or "HOST:PORT" (see ``cluster.connect``).
-      console: print the live status line.
-      layout: ``RayLayoutConfig`` knobs (None: its defaults).
+      experiment: what to run (agent, environment, seed, budget, schedule, logdir).
+      layout: where and how (``RayLayoutConfig``: the Ray address, learner
+        replicas and workers, chunk sizes, timeouts; None: its defaults).
       stop_event: set it (from any thread) to end the run as if
         ``max_actor_steps`` had been reached: the learner stops at a step
         boundary, then the final checkpoint, the final evaluation and a clean
         teardown. Checked about twice a second.
 
     Returns:
-      A summary dict (counts, rates, final evaluation, checkpoint path,
-      ``stop_reason``: "max_actor_steps", "target_eval_return" or "stop_event", ...).
+      A ``RunResult`` (``details``: restarts, rates, placement, phase timings, ...).
 
     Raises:
       ValueError: a bad argument (one line naming the flag).
@@ -107,42 +88,23 @@ def run_on_ray(builder, env: str, env_kwargs: Optional[Dict[str, Any]] = None, *
       RunFailedError: the learner or replay failed, or every actor was lost.
       RunInterrupted: SIGINT/SIGTERM (after a best-effort checkpoint and cleanup).
     """
-    if num_actors < 1:
-        raise ValueError(f"--num-actors must be >= 1 (got {num_actors})")
-    if num_learner_replicas is not None and num_learner_replicas < 1:
-        raise ValueError(f"--num-learner-replicas must be >= 1 (got {num_learner_replicas})")
+    if not isinstance(experiment, Experiment):
+        raise TypeError(f"run_on_ray takes an Experiment (got {type(experiment).__name__})")
     layout = RayLayoutConfig() if layout is None else layout
-    if layout.num_learner_workers > 1 and num_learner_replicas not in (None, 1):
-        raise ValueError(f"--num-learner-replicas {num_learner_replicas} cannot be combined with "
-                         f"--num-learner-workers {layout.num_learner_workers}: each learner worker uses "
-                         "all of its node's GPUs (or its CPU); drop --num-learner-replicas")
     workers = layout.num_learner_workers
-    batch = getattr(getattr(builder, "config", None), "global_batch_size", None)
+    batch = getattr(getattr(experiment.builder, "config", None), "global_batch_size", None)
     if workers > 1 and isinstance(batch, int) and batch % workers:
         lower = max(workers, batch - batch % workers)
         raise ValueError(f"--global-batch-size {batch} does not split over --num-learner-workers "
                          f"{workers}; use a multiple of {workers} such as {lower}")
-    if layout.debug_eager and (layout.num_learner_workers > 1 or (num_learner_replicas or 1) > 1):
-        raise ValueError("--debug-eager runs the learner on one device: drop --num-learner-replicas "
-                         "and --num-learner-workers (or set them to 1)")
-    if layout.video_every_evals and env.startswith("gym:"):
-        raise ValueError(f"--video-every: {env} has no MuJoCo scene to render (gym: tasks cannot be "
-                         "recorded); drop --video-every or pick a control-suite task")
-    if max_actor_steps is not None and max_actor_steps < 1:
-        raise ValueError(f"--max-actor-steps must be >= 1 (got {max_actor_steps}); leave it out "
-                         "to run until interrupted")
-    if seed < 0:
-        raise ValueError(f"--seed must be >= 0 (got {seed})")
     if stop_event is not None and not callable(getattr(stop_event, "is_set", None)):
         raise ValueError(f"stop_event must be a threading.Event (got {type(stop_event).__name__})")
-    logdir = logdir or os.path.join("runs", f"ray-{datetime.datetime.now():%Y%m%d-%H%M%S}")
-    restored_step = check_logdir(logdir, resume)
+    logdir = experiment.logdir or os.path.join("runs", f"ray-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    experiment = dataclasses.replace(experiment, logdir=logdir)
+    restored_step = check_logdir(logdir, experiment.resume)
     from rlplat.distributed.driver import Driver  # pylint: disable=g-import-not-at-top  (imports Ray)
 
-    driver = Driver(builder, env, dict(env_kwargs or {}), num_actors, num_learner_replicas,
-                     max_actor_steps, logdir, seed, restored_step, address, console, layout,
-                     stop_event=stop_event)
-    return driver.run()
+    return Driver(experiment, layout, restored_step, stop_event=stop_event).run()
 
 
 def check_logdir(logdir: str, resume: bool) -> Optional[int]:

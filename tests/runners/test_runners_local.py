@@ -1,0 +1,81 @@
+"""run_local: short real runs (Reverb, MuJoCo, learner) under the shared controller."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("MUJOCO_GL", "osmesa")
+
+import json
+
+import numpy as np
+import pytest
+
+from agents.d4pg.builder import D4PGBuilder
+from agents.d4pg.config import D4PGConfig
+from rlplat.runners import EnvironmentFactory, Experiment, LocalLayout, RunResult, run_local
+
+CONFIG = D4PGConfig(policy_layer_sizes=(32, 32), critic_layer_sizes=(32, 32), num_atoms=11,
+                    global_batch_size=32, min_replay_size=200, samples_per_insert=4.0)
+BUILDER = D4PGBuilder(CONFIG, steps_per_call=4)
+SHORT_EPISODES = EnvironmentFactory("cartpole:swingup", {"time_limit": 250})
+
+
+@pytest.mark.timeout(180)
+def test_run_local_inserts_and_learns_at_the_configured_ratio():
+    # The builder's SampleToInsertRatio limiter (error buffer 2 * 32 samples =
+    # 16 inserts) would block this single thread after a few inserts; run_local
+    # must swap it for MinSize and hold the ratio itself.
+    progress = []
+    experiment = Experiment(BUILDER, SHORT_EPISODES, num_actors=1, max_actor_steps=1200,
+                            eval_every_actor_steps=0, eval_episodes=1)
+    out = run_local(experiment, LocalLayout(actor_chunk_steps=100, on_progress=progress.append))
+    assert isinstance(out, RunResult) and out.stop_reason == "max_actor_steps"
+    assert out.actor_steps == 1200 and out.episodes == 4 and len(progress) == 12
+    # (1200 - 200) inserts * 4 / 32 = 125 steps; prefetching and whole calls overshoot a little.
+    assert 100 <= out.learner_steps <= 160
+    assert out.samples_per_insert == pytest.approx(4.0, rel=0.25)
+    # One evaluation, the final one, at the last step.
+    assert len(out["eval_returns"]) == 1 and np.isfinite(out["eval_returns"][0])
+    assert [step for step, _ in out.evaluations] == [1200]
+    assert progress[0]["learner_steps"] == 0 and progress[-1]["learner_steps"] == out.learner_steps
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_run_local_evaluates_on_the_step_grid_checkpoints_and_resumes(tmp_path):
+    logdir = str(tmp_path / "run")
+    experiment = Experiment(BUILDER, SHORT_EPISODES, num_actors=2, max_actor_steps=1000,
+                            eval_every_actor_steps=400, eval_episodes=1, logdir=logdir)
+    first = run_local(experiment, LocalLayout(actor_chunk_steps=100))
+    # Two actors take turns; the controller cuts turns at the 400-step grid.
+    assert [step for step, _ in first.evaluations] == [400, 800, 1000]
+    assert first.checkpoint and first.checkpoint.endswith(f"ckpt-{first.learner_steps}")
+    records = [json.loads(line) for line in open(os.path.join(logdir, "metrics.jsonl"))]
+    assert [r["step"] for r in records if r["role"] == "evaluator"] == [400, 800, 1000]
+
+    # A new run in the same directory is refused; --resume continues counts and learner.
+    with pytest.raises(ValueError, match="pass --resume"):
+        run_local(experiment)
+    resumed = run_local(Experiment(BUILDER, SHORT_EPISODES, num_actors=2, max_actor_steps=1400,
+                                   eval_every_actor_steps=400, eval_episodes=1, logdir=logdir, resume=True),
+                        LocalLayout(actor_chunk_steps=100))
+    assert resumed.actor_steps == 1400
+    assert [step for step, _ in resumed.evaluations] == [1200, 1400]
+    # Replay starts empty again: 200 warm-up inserts, then 200 at 4 samples / 32 per step.
+    assert first.learner_steps < resumed.learner_steps <= first.learner_steps + 40
+
+
+def test_experiment_refuses_bad_values_with_one_line():
+    for kwargs, fragment in [({"num_actors": 0}, "--num-actors must be >= 1"),
+                             ({"max_actor_steps": 0}, "--max-actor-steps must be >= 1"),
+                             ({"eval_episodes": 0}, "--eval-episodes must be >= 1"),
+                             ({"seed": -1}, "--seed must be >= 0"),
+                             ({"resume": True}, "--resume needs the --logdir"),
+                             ({"checkpoint_every_s": 0}, "checkpoint_every_s must be > 0")]:
+        with pytest.raises(ValueError, match=fragment) as info:
+            Experiment(BUILDER, "cartpole:swingup", **kwargs)
+        assert "\n" not in str(info.value)
+    with pytest.raises(ValueError, match="gym: tasks cannot be recorded"):
+        Experiment(BUILDER, "gym:Pendulum-v1", video_every_evals=1)
+    with pytest.raises(TypeError, match="run_local takes an Experiment"):
+        run_local(BUILDER)
