@@ -79,12 +79,12 @@ def run_one(env: str, variant: str, steps: int, seed: int, num_actors: int) -> d
 
     period, prefetch, shared = parse_variant(variant)
     logdir = tempfile.mkdtemp(prefix=f"{BENCH}_{variant}_")
-    knobs = RayLayoutConfig(prefetch_weights=prefetch, shared_weights=shared, console=False)
+    layout = RayLayoutConfig(prefetch_weights=prefetch, shared_weights=shared, console=False)
     start = time.time()
     experiment = Experiment(D4PGBuilder(config=D4PGConfig(variable_update_period=period)), env,
                             num_actors=num_actors, max_actor_steps=steps, logdir=logdir, seed=seed,
                             eval_every_actor_steps=0, eval_episodes=1, checkpoint_every_s=3600.0)
-    summary = run_on_ray(experiment, knobs)
+    summary = run_on_ray(experiment, layout)
     wall_s = time.time() - start
     rate = steady_rate(os.path.join(logdir, "metrics.jsonl"), steps)
     print(f"[{BENCH}] {variant}: {rate:.1f} env steps/s steady, "

@@ -137,6 +137,14 @@ class AgentBuilder(abc.ABC):
                    adder: Optional[Adder], actor_index: int, seed: int, evaluation: bool = False) -> Actor:
         """An actor; `evaluation=True` means greedy and no adder."""
 
+    @abc.abstractmethod
+    def make_networks(self, environment_spec: EnvironmentSpec) -> Dict[str, Any]:
+        """The agent's networks by name, built (every variable created), untrained.
+
+        The learner makes its online (and target) copies with it, under its
+        replicator's scope; ``make_policy_network`` picks the acting one.
+        """
+
     def make_policy_network(self, environment_spec: EnvironmentSpec) -> Tuple[Dict[str, Any], List[Any]]:
         """The acting network alone, built, for restoring a checkpoint's policy (``rlplat eval``).
 

@@ -164,18 +164,16 @@ class D4PGBuilder(core.AgentBuilder):
                            replay_address=replay_address, replay_table=self.replay_table,
                            rate_limiter_timeout_ms=self.rate_limiter_timeout_ms)
 
-    # ------------------------------------------------------------------ policy
-    def make_policy_network(self, environment_spec: EnvironmentSpec) -> Tuple[Dict[str, Any], List[Any]]:
-        """``{"policy": network}`` and its variables, as ``D4PGLearner`` checkpoints and serves them."""
-        import numpy as np  # pylint: disable=g-import-not-at-top
-        import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
+    # --------------------------------------------------------------- networks
+    def make_networks(self, environment_spec: EnvironmentSpec) -> Dict[str, Any]:
+        """``{"policy", "critic"}``, built: what ``D4PGLearner`` makes its online and target pairs with."""
         from agents.d4pg import networks  # pylint: disable=g-import-not-at-top
 
-        cfg = self.config
-        policy = networks.make_policy_network(int(np.prod(environment_spec.actions.shape)),
-                                              cfg.policy_layer_sizes, cfg.torso_init)
-        policy(tf.zeros((1, int(np.prod(environment_spec.observations.shape)))))  # build the variables
+        return networks.make_networks(environment_spec, self.config)
+
+    def make_policy_network(self, environment_spec: EnvironmentSpec) -> Tuple[Dict[str, Any], List[Any]]:
+        """``{"policy": network}`` and its variables, as ``D4PGLearner`` checkpoints and serves them."""
+        policy = self.make_networks(environment_spec)["policy"]
         return {"policy": policy}, list(policy.variables)
 
     # ------------------------------------------------------------------- actor

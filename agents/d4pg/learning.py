@@ -35,7 +35,6 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterator, Optional
 
-import numpy as np
 import tensorflow as tf
 
 from agents.d4pg import networks
@@ -107,23 +106,10 @@ class D4PGLearner(ReplayFedLearner):
         replicator.per_replica_batch_size(config.global_batch_size)  # Divisible, or a clear error.
         self._config = config
 
-        obs_size = int(np.prod(environment_spec.observations.shape))
-        action_size = int(np.prod(environment_spec.actions.shape))
         with replicator.scope():
-            nets = []
-            for _ in ("online", "target"):
-                nets += [networks.make_policy_network(action_size, config.policy_layer_sizes,
-                                                      config.torso_init),
-                         networks.make_critic_network(config.num_atoms, config.critic_layer_sizes,
-                                                      config.v_min, config.v_max,
-                                                      config.torso_init)]
-            self.policy, self.critic, self.target_policy, self.target_critic = nets
-            # Build every variable now, not lazily inside the first traced step.
-            obs, act = tf.zeros((1, obs_size)), tf.zeros((1, action_size))
-            for policy, critic in ((self.policy, self.critic),
-                                   (self.target_policy, self.target_critic)):
-                policy(obs)
-                critic((obs, act))
+            online, target = (networks.make_networks(environment_spec, config) for _ in ("online", "target"))
+            self.policy, self.critic = online["policy"], online["critic"]
+            self.target_policy, self.target_critic = target["policy"], target["critic"]
             self.policy_optimizer = FusedAdam(config.policy_learning_rate)
             self.critic_optimizer = FusedAdam(config.critic_learning_rate)
             # Slots exist before any restore, so a checkpoint loads at once.

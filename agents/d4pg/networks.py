@@ -17,8 +17,9 @@ ops from this Keras policy's layers.
 
 from __future__ import annotations
 
-from typing import Any, List, Sequence
+from typing import Any, Dict, List, Sequence
 
+import numpy as np
 import tensorflow as tf
 
 # Sonnet's LayerNorm epsilon (Acme's networks are Sonnet); Keras' default is 1e-3.
@@ -159,3 +160,17 @@ def make_critic_network(num_atoms: int, layer_sizes: Sequence[int],
                         init_mode: str = "fan_out") -> CriticNetwork:
     """Distributional critic taking ``(obs, action)``; see ``CriticNetwork``."""
     return CriticNetwork(num_atoms, layer_sizes, v_min, v_max, init_mode=init_mode)
+
+
+def make_networks(environment_spec: Any, config: Any) -> Dict[str, tf.keras.Model]:
+    """D4PG's ``{"policy", "critic"}`` for ``config`` (a ``D4PGConfig``), variables built."""
+    obs_size = int(np.prod(environment_spec.observations.shape))
+    action_size = int(np.prod(environment_spec.actions.shape))
+    policy = make_policy_network(action_size, config.policy_layer_sizes, config.torso_init)
+    critic = make_critic_network(config.num_atoms, config.critic_layer_sizes, config.v_min, config.v_max,
+                                 config.torso_init)
+    # Build every variable now, not lazily inside the first traced step.
+    obs, act = tf.zeros((1, obs_size)), tf.zeros((1, action_size))
+    policy(obs)
+    critic((obs, act))
+    return {"policy": policy, "critic": critic}

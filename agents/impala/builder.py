@@ -114,6 +114,12 @@ class IMPALABuilder(core.AgentBuilder):
                              rate_limiter_timeout_ms=self.rate_limiter_timeout_ms)
 
     # ------------------------------------------------------------------ policy
+    def make_networks(self, environment_spec: EnvironmentSpec) -> Dict[str, Any]:
+        """``{"network": ...}``: the one policy-and-value network ``IMPALALearner`` trains."""
+        from agents.impala import networks  # pylint: disable=g-import-not-at-top
+
+        return {"network": networks.make_network(environment_spec, self.config)}
+
     def make_policy_network(self, environment_spec: EnvironmentSpec) -> Tuple[Dict[str, Any], List[Any]]:
         """``{"network": network}`` and ``networks.acting_variables``, as ``IMPALALearner`` has them.
 
@@ -122,7 +128,7 @@ class IMPALABuilder(core.AgentBuilder):
         """
         from agents.impala import networks  # pylint: disable=g-import-not-at-top
 
-        network = networks.make_network(environment_spec, self.config)
+        network = self.make_networks(environment_spec)["network"]
         return {"network": network}, networks.acting_variables(network)
 
     # ------------------------------------------------------------------- actor

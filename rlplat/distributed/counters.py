@@ -68,6 +68,7 @@ class RunCounters:
         self.eval: Dict[str, Any] = {}
         self.evaluations: List[Tuple[int, float]] = []
         self.checkpoint_path: Optional[str] = None
+        self.replay_restored_items: Optional[int] = None  # --replay-checkpoint: items replay started with
 
     def restore(self, logdir: str, learner_step: int) -> None:
         """Continues the counts saved with the checkpoint at ``learner_step``."""

@@ -1,38 +1,41 @@
-"""The driver loop behind ``run_on_ray``: starts workers, keeps them busy, logs, stops.
+"""The driver behind ``run_on_ray``: starts workers, keeps them busy, logs, stops.
 
-See ``rlplat.runners.on_ray`` for the start order, stopping, counters, failure handling
-and where logs go; this module and four beside it are the machinery:
+See ``rlplat.runners.on_ray`` for the start order, stopping, counters, failure
+handling and where logs go. The driver is composed of parts that own their state:
 
-- ``driver`` (here): ``Driver``, its state, ``run()``, signals, the final
-  checkpoint/evaluation and teardown;
-- ``driver_startup``: starting replay, learner (or learner group), actors and
-  evaluator, the placement report, loggers and ``run_info.json``;
-- ``driver_loop``: the control loop, result handlers, periodic logging and
-  checkpoints, stall and replay-liveness checks;
-- ``driver_actors``: actor chunks, and failed actors replaced, counted, logged;
-- ``driver_records``: the run's summary and the shaping of logged records.
+- ``ray_calls.RayCalls``: the signals, and Ray waits that act on them within 0.5 s;
+- ``counters.RunCounters``: actor steps, episodes, restarts, evaluations, checkpoints;
+- ``worker_set.WorkerSet``: the workers' handles, their placement, start and end;
+- ``driver_loop.ControlLoop`` (with ``driver_actors.ActorCare``): the calls in
+  flight and their results, as the shared ``rlplat.controller.Controller``'s program;
+- ``driver`` (here): ``Driver``, which composes them: ``run()``, start-up order,
+  the stop after a signal, loggers, ``run_info.json`` and teardown;
+- ``driver_records``: the run's result and the shaping of logged records.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import signal
 import threading
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 import ray
 
 from rlplat.distributed import cluster
+from rlplat.distributed import counters
 from rlplat.distributed import driver_records
 from rlplat.distributed import errors
+from rlplat.distributed import placement
 from rlplat.distributed import progress
-from rlplat.distributed.actor_slots import ActorSlot
-from rlplat.distributed.driver_actors import ActorCare
+from rlplat.distributed import seeding
 from rlplat.distributed.driver_loop import ControlLoop
-from rlplat.distributed.driver_startup import WorkerStartup, kill_worker
-from rlplat.distributed.errors import RunFailedError, RunInterrupted
+from rlplat.distributed.errors import RunInterrupted
 from rlplat.distributed.layout_config import RayLayoutConfig
-from rlplat.controller import Controller
+from rlplat.distributed.ray_calls import RayCalls
+from rlplat.distributed.worker_set import WorkerSet
 from rlplat.experiment import Experiment, RunResult
 
 # After SIGINT/SIGTERM the learner gets up to _SIGNAL_STOP_TIMEOUT_S to reach
@@ -42,75 +45,52 @@ from rlplat.experiment import Experiment, RunResult
 _SIGNAL_STOP_TIMEOUT_S = 15.0
 _SIGNAL_BUDGET_S = 20.0
 _SIGNAL_MIN_SAVE_S = 5.0
-# Longest slice of any wait of the driver's: a signal is acted on within it.
-_POLL_S = 0.5
 
 
-class Driver(WorkerStartup, ControlLoop, ActorCare):
-    """State and control loop of one ``run_on_ray`` call."""
+class Driver:
+    """One ``run_on_ray`` call: its parts, signals, start-up, ending and teardown.
+
+    The parts own their state, all born in their ``__init__``: ``calls``
+    (signal-aware Ray waits and the signals), ``counts`` (``RunCounters``),
+    ``workers`` (``WorkerSet``) and ``loop`` (``ControlLoop``, driven by the
+    shared ``Controller``). The driver itself holds the loggers and the console.
+    """
 
     def __init__(self, experiment: Experiment, layout: RayLayoutConfig, restored_step: Optional[int],
                  stop_event: Optional[threading.Event] = None):
-        self.experiment = experiment
-        self.builder = experiment.builder
-        self.env, self.env_kwargs = experiment.environment.name, dict(experiment.environment.kwargs)
-        self.num_actors, self.num_replicas = experiment.num_actors, layout.num_learner_replicas
-        self.max_actor_steps = experiment.budget
-        self.logdir, self.seed = experiment.logdir, experiment.seed
-        self.restored_step, self.address, self.cfg = restored_step, layout.address, layout
+        self.experiment, self.layout, self.restored_step = experiment, layout, restored_step
+        self.logdir = experiment.logdir
         self.console = progress.ConsoleLine(layout.console)
-        self.controller = Controller(experiment.schedule(layout.console_every_s))
-        self.connection: Optional[cluster.Connection] = None
-        self.replay = None
-        self.learner = None
-        self.evaluator = None
-        self.slots: List[ActorSlot] = []
         self.loggers: Dict[str, Any] = {}
-        self.replay_address: Optional[str] = None
-        # Counters (see module docstring).
-        self.actor_steps = 0
-        self.episodes = 0
-        self.restarts = 0
-        self.physics_errors = 0  # simulations that diverged (episode ended, counted)
-        self.env_errors = 0      # other exceptions from an environment (episode ended, counted)
-        self.learner_steps = restored_step or 0
-        self.eval: Dict[str, Any] = {}
-        self.evaluations: List[tuple] = []  # (actor steps, mean return) of every evaluation
-        self.evals_started = 0  # every video_every_evals-th one is recorded on video
-        self.next_status_publish = 0.0  # monotonic time of the next status_board snapshot
-        self.status_publish_failed = False
-        self.replay_stats: Dict[str, Any] = {}
-        self.replay_probe_misses = 0  # the replay server did not answer, its process was alive
-        self.checkpoint_path: Optional[str] = None
-        self.stop_event = stop_event
-        self.stop_reason: Optional[str] = None  # max_actor_steps, target_eval_return, stop_event
-        self._signum: Optional[int] = None  # the first SIGINT/SIGTERM (see _on_signal)
-        self._hurry = False  # a second signal: stop waiting for anything
-        self._signal_handled = False  # stopping on _signum: only a second signal interrupts
+        self.calls = RayCalls(layout.call_timeout_s)
+        self.counts = counters.RunCounters(learner_steps=restored_step or 0)
+        self.workers = WorkerSet(experiment, layout, restored_step, self.calls, self.console)
+        self.loop = ControlLoop(experiment, layout, self.workers, self.counts, self.loggers, self.console,
+                                self.calls, stop_event=stop_event)
         self.phases: Dict[str, float] = {}
-        self._saved_handlers: Dict[int, Any] = {}
+        self.ray_was_up = False
 
     # ------------------------------------------------------------- entry point
     def run(self) -> RunResult:
-        """Starts the workers, runs the control loop, stops, tears down; returns the summary.
+        """Starts the workers, runs the control loop, stops, tears down; returns the result.
 
-        Raises RunInterrupted after SIGINT/SIGTERM (see ``_on_signal``) once
-        the final checkpoint is saved (or skipped) and every worker is gone.
+        Raises RunInterrupted after SIGINT/SIGTERM (see ``RayCalls.on_signal``)
+        once the final checkpoint is saved (or skipped) and every worker is gone.
         """
         started = time.monotonic()
-        self._install_signal_handlers()
-        self._ray_was_up = ray.is_initialized()
+        self.calls.install_signal_handlers()
+        self.ray_was_up = ray.is_initialized()
         try:
             self._start()
             self.phases["startup_s"] = time.monotonic() - started
-            if self.actor_steps >= self.max_actor_steps:
-                self.stop_reason = "max_actor_steps"
-                self.console.message(f"run already has {self.actor_steps:,} actor steps "
-                                     f"(--max-actor-steps {self.max_actor_steps:,}); nothing to do")
+            if self.counts.actor_steps >= self.experiment.budget:
+                self.loop.stop_reason = "max_actor_steps"
+                self.console.message(f"run already has {self.counts.actor_steps:,} actor steps "
+                                     f"(--max-actor-steps {self.experiment.max_actor_steps:,}); nothing to do")
             else:
-                self._loop()
+                self.loop.run()
             mark = time.monotonic()
-            self._finish(self.cfg.stop_timeout_s, final_eval=True)
+            self._finish(self.layout.stop_timeout_s, final_eval=True)
             self.phases["finish_s"] = time.monotonic() - mark
         except RunInterrupted:
             self._stop_on_signal()
@@ -121,14 +101,27 @@ class Driver(WorkerStartup, ControlLoop, ActorCare):
             self.phases["teardown_s"] = time.monotonic() - mark
         return driver_records.summarize(self, time.monotonic() - started)
 
+    def _start(self) -> None:
+        workers = self.workers
+        workers.describe_environment()
+        self.calls.check_signal()
+        workers.connect(self.calls.install_signal_handlers)
+        if self.restored_step is not None:
+            self.counts.restore(self.logdir, self.restored_step)
+        self._open_loggers()
+        self._write_run_info()
+        ready = workers.start()
+        self.counts.learner_steps = int(ready["learner_steps"])
+        self._report_replay_restore(workers.replay_restore)
+
     def _stop_on_signal(self) -> None:
         """The final checkpoint after a signal, unless a second one came or nothing ran yet."""
-        self._signal_handled = True
-        name = signal.Signals(self._signum).name
-        if self._hurry:
+        self.calls.handled = True
+        name = signal.Signals(self.calls.signum).name
+        if self.calls.hurry:
             self.console.message("second signal: stopping now, without a final checkpoint")
             return
-        if getattr(self, "loop_started", None) is None:
+        if self.loop.loop_started is None:
             # The learner has not trained since it was built or restored: a
             # checkpoint would hold nothing new, and waiting for it to come up
             # could take minutes.
@@ -147,144 +140,91 @@ class Driver(WorkerStartup, ControlLoop, ActorCare):
         except Exception as e:  # pylint: disable=broad-except
             self.console.message(f"no final checkpoint ({errors.one_line(e)})")
             return
-        self.console.message(f"final checkpoint {self.checkpoint_path} "
+        self.console.message(f"final checkpoint {self.counts.checkpoint_path} "
                              f"({time.monotonic() - started:.1f}s after the signal was acted on)")
 
-    # -------------------------------------------------------------- signals
-    def _install_signal_handlers(self) -> None:
-        """Routes SIGINT/SIGTERM to ``_on_signal``; called again after ``ray.init``.
-
-        ``ray.init`` is kept from replacing them (``cluster.keep_signal_handlers``),
-        but Ray's C++ core hooks SIGTERM below Python (a stack dump on stderr,
-        then Python's handler); installing ours again puts Python's in front.
-        """
-        if threading.current_thread() is not threading.main_thread():
-            return  # Only the main thread may own signals (e.g. a test runs us in a thread).
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            self._saved_handlers.setdefault(signum, signal.getsignal(signum))
-            signal.signal(signum, self._on_signal)
-
-    def _restore_signal_handlers(self) -> None:
-        for signum, handler in self._saved_handlers.items():
-            signal.signal(signum, handler)
-        self._saved_handlers.clear()
-
-    def _on_signal(self, signum, frame) -> None:
-        """Records the signal: the first asks for a graceful stop, the second for a quick one.
-
-        It never raises. Ray runs Python's signal handlers from inside
-        ``ray.wait``/``ray.get`` (where the driver spends its time) and turns
-        any KeyboardInterrupt raised there, RunInterrupted included, into a
-        bare KeyboardInterrupt: the signal and the final checkpoint were lost.
-        Raising anywhere else could cut a log line or counters.json in half.
-        So the main thread acts on it at its next ``_check_signal``, which
-        every wait reaches within ``_POLL_S``.
-        """
-        del frame
-        if self._signum is None:
-            self._signum = signum
-        else:
-            self._hurry = True
-
-    def _check_signal(self) -> None:
-        """Raises RunInterrupted if a signal asks to stop (and is not being acted on already)."""
-        if self._hurry or (self._signum is not None and not self._signal_handled):
-            raise RunInterrupted(self._signum)
-
-    # ------------------------------------------------------------ stop/teardown
     def _finish(self, timeout_s: float, final_eval: bool, save_by: Optional[float] = None) -> None:
-        """Stops the learner at a step boundary, saves the final checkpoint, evaluates.
-
-        ``timeout_s`` bounds reaching the step boundary; ``save_by`` (a
-        ``time.monotonic()`` deadline, yet at least ``_SIGNAL_MIN_SAVE_S``)
-        the checkpoint; without it, what is left of ``timeout_s`` plus a call.
-        """
-        if self.learner is None:
-            return
-        deadline = time.monotonic() + timeout_s
-        self.learner.request_stop.remote()
-        # Keep actors inserting until the learner's train call has returned.
-        while getattr(self, "train_ref", None) is not None and time.monotonic() < deadline:
-            self._check_signal()
-            self.stopping = True
-            self.stop_deadline = deadline + 1.0
-            self._wait_and_handle(0.5)
-            self._tend_actors()
-        self.learner_stopped = True
-        if getattr(self, "train_ref", None) is not None:
-            raise RunFailedError(f"learner did not reach a step boundary within {timeout_s:g}s")
-        for slot in self.slots:  # No more data is needed: stop acting now.
-            kill_worker(slot.handle)
-            slot.stopped = True
-        self._check_signal()  # a signal (or a second one) that came meanwhile skips the save
-        if save_by is None:
-            save_timeout_s = max(1.0, deadline - time.monotonic()) + self.cfg.call_timeout_s
-        else:
-            save_timeout_s = max(_SIGNAL_MIN_SAVE_S, save_by - time.monotonic())
-        saved = self._get(self.learner.save_checkpoint.remote(min(self.cfg.call_timeout_s,
-                                                                  save_timeout_s)),
-                          save_timeout_s, "final checkpoint")
-        self._record_checkpoint(saved)
-        if final_eval:
-            result = self._get(self.evaluator.evaluate.remote(self.experiment.eval_episodes,
-                                                              self.experiment.video_every_evals > 0),
-                               self.cfg.call_timeout_s * 5, "final evaluation")
-            self._log_eval(result, self.actor_steps)
+        """The loop's ending: the learner stops, the final checkpoint, the final evaluation."""
+        self.loop.finish(timeout_s, final_eval, save_by, _SIGNAL_MIN_SAVE_S)
 
     def _teardown(self) -> None:
         # Signals now only set flags nobody checks: nothing here is cut short,
         # so no Ray process is left behind.
         if ray.is_initialized():
-            if self.learner is not None and getattr(self, "learner_stopped", False):
-                # Ray ends workers without running their exit hooks: remove the
-                # learner's shared-memory weights first (a killed learner's are
-                # removed by the next learner on this host).
-                try:
-                    ray.get(self.learner.release_shared_weights.remote(), timeout=2.0)
-                except Exception:  # pylint: disable=broad-except  (a learner group has none)
-                    pass
-            for handle in [s.handle for s in self.slots] + [self.evaluator, self.learner, self.replay]:
-                kill_worker(handle)
+            self.workers.kill_all(learner_stopped=self.loop.learner_stopped)
         for logger in self.loggers.values():
             logger.close()
         self.console.close()
         if self.loggers and ray.is_initialized():
-            self._publish_status(final=True)
-        if self.connection is not None:
-            cluster.disconnect(self.connection)
-        elif not self._ray_was_up and ray.is_initialized():
+            self.loop.publish_status(final=True)
+        if self.workers.connection is not None:
+            cluster.disconnect(self.workers.connection)
+        elif not self.ray_was_up and ray.is_initialized():
             ray.shutdown()  # interrupted inside connect(): Ray is up but we never got its handle
-        self._restore_signal_handlers()
+        self.calls.restore_signal_handlers()
 
-    # --------------------------------------------------------------- helpers
-    def _wait(self, refs: List[Any], num_returns: int, timeout_s: float):
-        """``ray.wait`` in slices of ``_POLL_S``, acting on a signal between them."""
-        deadline = time.monotonic() + timeout_s
-        ready: List[Any] = []
-        rest = list(refs)
-        if num_returns < 1 or not rest:
-            return ready, rest
-        while True:
-            got, rest = ray.wait(rest, num_returns=min(num_returns - len(ready), len(rest)),
-                                 timeout=max(0.0, min(_POLL_S, deadline - time.monotonic())))
-            ready += got
-            if len(ready) >= num_returns or not rest or time.monotonic() >= deadline:
-                return ready, rest
-            self._check_signal()
+    # ------------------------------------------------------------- records
+    def _open_loggers(self) -> None:
+        from rlplat.utils import loggers  # pylint: disable=g-import-not-at-top
 
-    def _get(self, ref, timeout_s: float, what: str):
-        """``ray.get`` with a timeout; any failure becomes a one-line RunFailedError.
+        resumed = self.restored_step is not None
+        steps = self.counts.actor_steps
+        purge = {"learner": self.restored_step, "actor": steps, "evaluator": steps, "driver": steps}
+        for role in ("actor", "learner", "evaluator", "driver"):
+            # The driver's records are events (actor failures), not curves: JSONL only.
+            self.loggers[role] = loggers.make_logger(
+                self.logdir, role, purge_after_step=purge[role] if resumed else None,
+                tensorboard=role != "driver")
 
-        Waits in slices (``_wait``), so a signal interrupts a long wait such as
-        the learner's start-up.
+    def _write_run_info(self) -> None:
+        from rlplat.utils import loggers  # pylint: disable=g-import-not-at-top
+        from rlplat.utils import run_info  # pylint: disable=g-import-not-at-top
+
+        exp, workers = self.experiment, self.workers
+        agent_config = getattr(exp.builder, "config", None)
+        agent_config = agent_config.to_dict() if hasattr(agent_config, "to_dict") else {}
+        config = {"agent": agent_config, "env": exp.environment.name, "env_kwargs": dict(exp.environment.kwargs),
+                  "num_actors": exp.num_actors, "num_learner_replicas": workers.num_replicas,
+                  "max_actor_steps": exp.max_actor_steps, "seed": exp.seed,
+                  "schedule": _schedule_record(exp), "layout": dataclasses.asdict(self.layout)}
+        run_info.write_run_info(self.logdir, config, extra={
+            "layout": "ray", "builder": type(exp.builder).__name__,
+            "ray_address": workers.connection.address, "ray_local": workers.connection.local,
+            "placement": dataclasses.asdict(workers.plan), "colocate_replay": workers.colocate,
+            "actor_seeds": [seeding.actor_seed(exp.seed, i) for i in range(exp.num_actors)],
+            "resumed_from_step": self.restored_step})
+        self.loggers["learner"].write_text("config", loggers.config_markdown(config),
+                                           step=self.restored_step or 0)
+
+    def _report_replay_restore(self, restore) -> None:
+        """Says what replay started with (``--replay-checkpoint``): console, metrics.jsonl, run_info.
+
+        ``replay_restored_items`` is 0 when nothing was restored: a new run, or
+        a resume with no replay checkpoint (then it says so, in one line).
         """
-        ready, _ = self._wait([ref], 1, timeout_s)
-        if not ready:
-            raise RunFailedError(f"{what} did not answer within {timeout_s:g}s")
-        try:
-            # Ready, and ray.wait made it local: this returns at once.
-            return ray.get(ref, timeout=self.cfg.call_timeout_s)
-        except ray.exceptions.GetTimeoutError as e:
-            raise RunFailedError(f"{what} did not answer within {timeout_s:g}s") from e
-        except ray.exceptions.RayError as e:
-            raise RunFailedError(f"{what} failed: {errors.one_line(e)}") from e
+        if restore is None:
+            return
+        items, path = int(restore["replay_restored_items"]), restore["replay_restored_from"]
+        if path is not None:
+            from rlplat.replay import checkpoints  # pylint: disable=g-import-not-at-top
+
+            step = checkpoints.step_of(path)
+            older = "" if step == self.restored_step else f", older than learner step {self.restored_step:,}"
+            self.console.message(f"replay: restored {items:,} items from {path} (step {step:,}{older})")
+        elif self.restored_step is not None:
+            self.console.message(f"replay: no replay checkpoint for learner step {self.restored_step:,} "
+                                 f"in {os.path.join(self.logdir, 'replay_checkpoints')}; starting with an "
+                                 "empty replay (learning resumes once it holds the warm-up again)")
+        record = {"replay_restored_items": items, "replay_restored_from": path,
+                  **{k: int(restore.get(k, 0)) for k in ("replay_restored_inserts",
+                                                          "replay_restored_samples")}}
+        self.counts.replay_restored_items = items
+        self.loggers["driver"].write(self.counts.actor_steps, {"event": "replay_restore", **record})
+        placement.update_run_info(self.logdir, record)
+
+
+def _schedule_record(experiment: Experiment) -> Dict[str, Any]:
+    """The experiment's evaluation, checkpoint and stop schedule, as ``config.json`` records it."""
+    names = ("eval_every_actor_steps", "eval_every_s", "eval_episodes", "target_eval_return",
+             "checkpoint_every_s", "video_every_evals")
+    return {name: getattr(experiment, name) for name in names}

@@ -1,6 +1,6 @@
 """The driver's actors: one chunk in flight each, their results, their failures.
 
-``ActorCare`` is the part of ``driver.Driver`` that keeps one ``run_steps``
+``ActorCare`` is the part of the control loop that keeps one ``run_steps``
 call in flight per actor, handles each result, and brings a failed actor
 back. A failure is any of:
 
@@ -41,31 +41,31 @@ import ray
 from rlplat.distributed import driver_records
 from rlplat.distributed import errors
 from rlplat.distributed.actor_slots import ActorSlot
-from rlplat.distributed.driver_startup import kill_worker
+from rlplat.distributed.worker_set import kill_worker
 from rlplat.distributed.errors import RunFailedError
 
 
 class ActorCare:
-    """Actor methods of ``driver.Driver``.
+    """Actor methods of ``driver_loop.ControlLoop``.
 
-    A mixin: the state lives in ``Driver.__init__``, ``WorkerStartup._start``
-    (``slots``, ``_spawn_actor``) and ``ControlLoop._loop`` (``pending``, rates).
+    A mixin: the state is the loop's (``pending``, rates, ``counts``,
+    ``workers.slots``), all born in ``ControlLoop.__init__``.
     """
 
     def _tend_actors(self) -> None:
         """Submits the next chunk of every active actor that has none in flight."""
-        for slot in self.slots:
+        for slot in self.workers.slots:
             if slot.ref is None and slot.active:
                 self._submit_actor(slot)
 
     def _submit_actor(self, slot: ActorSlot) -> None:
         if self.learner_stopped or not slot.active:
             return
-        scheduled = self.actor_steps + sum(s.chunk for s in self.slots if s.ref is not None)
+        scheduled = self.counts.actor_steps + sum(s.chunk for s in self.workers.slots if s.ref is not None)
         remaining = self.max_actor_steps - scheduled
         if remaining <= 0 and not self.stopping:
             return  # Idle until the learner is asked to stop (then all run again).
-        chunk = self.cfg.actor_chunk_steps if self.stopping else min(self.cfg.actor_chunk_steps,
+        chunk = self.layout.actor_chunk_steps if self.stopping else min(self.layout.actor_chunk_steps,
                                                                       remaining)
         slot.chunk, slot.submitted = chunk, time.monotonic()
         slot.ref = slot.handle.run_steps.remote(chunk)
@@ -74,54 +74,54 @@ class ActorCare:
     def _on_actor(self, ref, slot: ActorSlot) -> None:
         slot.ref = None
         try:
-            stats = ray.get(ref, timeout=self.cfg.call_timeout_s)
+            stats = ray.get(ref, timeout=self.layout.call_timeout_s)
         except ray.exceptions.RayError as e:  # it died, raised, or its __init__ failed
             self._actor_failed(slot, errors.one_line(e))
             return
         slot.chunks_after_restart += bool(stats.get("restarted"))
         slot.seed = int(stats.get("seed", slot.seed))  # a new process reseeds itself
         steps = int(stats.get("env_steps", slot.chunk))
-        self.actor_steps += steps
+        self.counts.actor_steps += steps
         slot.steps += steps
         slot.policy_version = int(stats.get("policy_version", -1))
         if slot.failed_at is not None:
             self._actor_back(slot, stats)
         returns = driver_records.episode_returns(stats)
-        self.episodes += int(stats.get("episodes", len(returns)))
+        self.counts.episodes += int(stats.get("episodes", len(returns)))
         self._count_env_faults(slot, stats)
-        self.env_rate.update(self.actor_steps)
+        self.env_rate.update(self.counts.actor_steps)
         now = time.monotonic()
         if self.steady_start is None:  # rates from the first result on leave start-up out
-            self.steady_start = (now, self.actor_steps, self.learner_steps)
-        self.steady_end = (now, self.actor_steps, self.learner_steps)
+            self.steady_start = (now, self.counts.actor_steps, self.counts.learner_steps)
+        self.steady_end = (now, self.counts.actor_steps, self.counts.learner_steps)
         record = {"actor_index": slot.index, "actor_steps_per_second": stats.get("steps_per_second"),
                   "env_steps_per_second": self.env_rate.rate(), "policy_version": slot.policy_version,
-                  "policy_lag": max(0, self.learner_steps - slot.policy_version),
-                  "episodes": self.episodes, "weight_pulls": stats.get("weight_pulls"),
+                  "policy_lag": max(0, self.counts.learner_steps - slot.policy_version),
+                  "episodes": self.counts.episodes, "weight_pulls": stats.get("weight_pulls"),
                   "shared_weight_reads": stats.get("shared_weight_reads")}
-        if self.physics_errors or self.env_errors:
-            record.update(physics_errors=self.physics_errors, env_errors=self.env_errors)
+        if self.counts.physics_errors or self.counts.env_errors:
+            record.update(physics_errors=self.counts.physics_errors, env_errors=self.counts.env_errors)
         if returns:
             record["episode_return"] = sum(returns) / len(returns)
         record.update(driver_records.time_breakdown(stats))
-        self.loggers["actor"].write(self.actor_steps, driver_records.finite(record))
+        self.loggers["actor"].write(self.counts.actor_steps, driver_records.finite(record))
         self._submit_actor(slot)
 
     def _count_env_faults(self, slot: ActorSlot, stats: Dict[str, Any]) -> None:
         """Counts a chunk's environment faults; a new kind of error is logged with its traceback."""
-        self.physics_errors += int(stats.get("physics_errors") or 0)
-        self.env_errors += int(stats.get("env_errors") or 0)
+        self.counts.physics_errors += int(stats.get("physics_errors") or 0)
+        self.counts.env_errors += int(stats.get("env_errors") or 0)
         for text in stats.get("env_error_tracebacks") or ():
             self.console.message(f"actor {slot.index}: {text.splitlines()[0]}; the episode ended and "
                                  "the actor carries on (traceback in metrics.jsonl)")
-            self._log_actor_event("env_error", slot, traceback=text, env_errors=self.env_errors)
+            self._log_actor_event("env_error", slot, traceback=text, env_errors=self.counts.env_errors)
 
     def _actor_failed(self, slot: ActorSlot, reason: str) -> None:
         """Counts and logs a failure, then replaces the actor or, in a crash loop, gives it up."""
         self._check_replay_alive()  # A dead replay server explains a failing actor best.
         now = time.monotonic()
         slot.restarts += 1
-        self.restarts += 1
+        self.counts.restarts += 1
         within_budget = slot.budget.record(now)
         recent, window = slot.budget.recent(now), f"{slot.budget.window_s:g}s"
         kill_worker(slot.handle)  # whatever is left of it: a hung or half-dead process
@@ -131,7 +131,7 @@ class ActorCare:
                                  f"{window} is a crash loop: giving it up")
             self._log_actor_event("actor_failed", slot, reason=reason, given_up=True,
                                   recent_restarts=recent)
-            if not any(s.active for s in self.slots):
+            if not any(s.active for s in self.workers.slots):
                 raise RunFailedError(
                     f"every actor was given up after more than {slot.budget.max_restarts} restarts "
                     f"within {window}; last error (actor {slot.index}): {reason}")
@@ -141,7 +141,7 @@ class ActorCare:
         self._log_actor_event("actor_failed", slot, reason=reason, given_up=False,
                               recent_restarts=recent)
         slot.incarnation += 1
-        slot.handle = self._spawn_actor(slot.index, slot.incarnation)
+        slot.handle = self.workers.spawn_actor(slot.index, slot.incarnation)
         slot.failed_at = now
         # At once: the new actor queues the call until its __init__ (weights
         # included) is done, so the chunk starts as soon as it can.
@@ -159,9 +159,9 @@ class ActorCare:
                               chunk_s=chunk_s, pid=stats.get("pid"))
 
     def _log_actor_event(self, event: str, slot: ActorSlot, **fields) -> None:
-        self.loggers["driver"].write(self.actor_steps, driver_records.finite({
+        self.loggers["driver"].write(self.counts.actor_steps, driver_records.finite({
             "event": event, "actor_index": slot.index, "actor_restarts": slot.restarts,
-            "restarts": self.restarts, "seed": slot.seed, **fields}))
+            "restarts": self.counts.restarts, "seed": slot.seed, **fields}))
 
 
 def _seconds(value) -> str:

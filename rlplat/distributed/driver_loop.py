@@ -1,6 +1,6 @@
 """The control loop of a ``run_on_ray`` run, its result handlers and health checks.
 
-``ControlLoop`` is the part of ``driver.Driver`` that keeps one ``train`` call
+``ControlLoop`` is the part of a run that keeps one ``train`` call
 on the learner (and, through ``driver_actors``, one ``run_steps`` call per
 actor) in flight, handles each result as it arrives, does the periodic work
 (status line, learner/replay metrics) and notices stalls and a dead replay
@@ -12,43 +12,81 @@ from __future__ import annotations
 
 import math
 import os
+import threading
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Callable, Dict, Optional
 
 import ray
 
+from rlplat.controller import Controller
 from rlplat.distributed import counters
 from rlplat.distributed import driver_records
 from rlplat.distributed import errors
 from rlplat.distributed import progress
 from rlplat.distributed import status_board
+from rlplat.distributed.driver_actors import ActorCare
 from rlplat.distributed.errors import RunFailedError
+from rlplat.distributed.layout_config import RayLayoutConfig
+from rlplat.distributed.ray_calls import RayCalls
+from rlplat.distributed.worker_set import WorkerSet
+from rlplat.experiment import Experiment
 
 
-class ControlLoop:
-    """Loop methods of ``driver.Driver``.
+class ControlLoop(ActorCare):
+    """The running part of a run: calls in flight, their results, and the health checks.
 
-    A mixin: the state lives in ``Driver.__init__`` and ``WorkerStartup._start``;
-    ``_get`` and ``_check_signal`` are ``Driver``'s.
+    It is the ``controller.Program`` the shared ``Controller`` drives; its
+    actor methods are ``driver_actors.ActorCare``'s. Every attribute is born
+    here; the counts are ``counts``', the handles ``workers``'.
+
+    Args:
+      experiment, layout: the run and its layout.
+      workers: the started ``WorkerSet``.
+      counts: the run's ``RunCounters``.
+      loggers: role -> logger (the driver opens them at start-up).
+      console: the status line.
+      calls: the driver's signal-aware waits.
+      stop_event: set from any thread to stop as at the budget.
     """
 
-    def _loop(self) -> None:
-        """Runs the control loop under the experiment's schedule (``rlplat.controller``)."""
+    def __init__(self, experiment: Experiment, layout: RayLayoutConfig, workers: WorkerSet,
+                 counts: counters.RunCounters, loggers: Dict[str, Any], console: progress.ConsoleLine,
+                 calls: RayCalls, stop_event: Optional[threading.Event] = None):
+        self.experiment, self.layout = experiment, layout
+        self.workers, self.counts, self.loggers = workers, counts, loggers
+        self.console, self.calls, self.stop_event = console, calls, stop_event
+        self.logdir = experiment.logdir
+        self.max_actor_steps = experiment.budget
+        self.controller = Controller(experiment.schedule(layout.console_every_s))
+        self.handlers: Dict[str, Callable[..., None]] = {
+            "train": self._on_train, "eval": self._on_eval, "checkpoint": self._on_checkpoint,
+            "actor": self._on_actor}
+        self.pending: Dict[Any, tuple] = {}  # ref -> (handler name, its extra arguments)
+        self.train_ref: Any = None
+        self.train_submitted = 0.0
+        self.eval_ref: Any = None
+        self.ckpt_ref: Any = None
+        self.stopping = False          # a stop reason came up, learner asked to stop
+        self.stop_deadline = math.inf
+        self.learner_stopped = False
+        self.stop_reason: Optional[str] = None  # max_actor_steps, target_eval_return, stop_event
+        self.env_rate, self.learn_rate = progress.RateMeter(), progress.RateMeter()
+        self.steady_start: Optional[tuple] = None  # (time, actor steps, learner steps) of the first result
+        self.steady_end: Optional[tuple] = None    # ... and of the last one
+        self.loop_started: Optional[float] = None
+        self.loop_ended: Optional[float] = None
+        self.last_learner_metrics: Dict[str, Any] = {}
+        self.replay_stats: Dict[str, Any] = {}
+        self.replay_probe_misses = 0  # the replay server did not answer, its process was alive
+        self.next_status_publish = 0.0  # monotonic time of the next status_board snapshot
+        self.status_publish_failed = False
+
+    def run(self) -> None:
+        """Runs the control loop under the experiment's schedule until the learner has stopped."""
         now = time.monotonic()
         self.loop_started = now
-        self.start_actor_steps = self.actor_steps
-        self.start_learner_steps = self.learner_steps
-        env_rate, learn_rate = progress.RateMeter(), progress.RateMeter()
-        env_rate.update(self.actor_steps, now)
-        learn_rate.update(self.learner_steps, now)
-        self.env_rate, self.learn_rate = env_rate, learn_rate
-        self.pending: Dict[Any, tuple] = {}
-        self.train_ref, self.train_submitted = None, now
-        self.eval_ref = None
-        self.ckpt_ref = None
-        self.stopping = False          # a stop reason came up, learner asked to stop
-        self.learner_stopped = False
-        self.steady_start = self.steady_end = None  # (time, actor steps, learner steps)
+        self.env_rate.update(self.counts.actor_steps, now)
+        self.learn_rate.update(self.counts.learner_steps, now)
         self._submit_train()
         self._tend_actors()
         stop_event = self.stop_event
@@ -56,17 +94,54 @@ class ControlLoop:
         self.stop_reason = self.controller.stop_reason
         self.loop_ended = time.monotonic()
 
+    def finish(self, timeout_s: float, final_eval: bool, save_by: Optional[float], min_save_s: float) -> None:
+        """Stops the learner at a step boundary, saves the final checkpoint, evaluates.
+
+        ``timeout_s`` bounds reaching the step boundary; ``save_by`` (a
+        ``time.monotonic()`` deadline, yet at least ``min_save_s``) the
+        checkpoint; without it, what is left of ``timeout_s`` plus a call.
+        """
+        workers, layout = self.workers, self.layout
+        if workers.learner is None:
+            return
+        deadline = time.monotonic() + timeout_s
+        workers.learner.request_stop.remote()
+        # Keep actors inserting until the learner's train call has returned.
+        while self.train_ref is not None and time.monotonic() < deadline:
+            self.calls.check_signal()
+            self.stopping = True
+            self.stop_deadline = deadline + 1.0
+            self._wait_and_handle(0.5)
+            self._tend_actors()
+        self.learner_stopped = True
+        if self.train_ref is not None:
+            raise RunFailedError(f"learner did not reach a step boundary within {timeout_s:g}s")
+        workers.stop_actors()
+        self.calls.check_signal()  # a signal (or a second one) that came meanwhile skips the save
+        if save_by is None:
+            save_timeout_s = max(1.0, deadline - time.monotonic()) + layout.call_timeout_s
+        else:
+            save_timeout_s = max(min_save_s, save_by - time.monotonic())
+        saved = self.calls.get(workers.learner.save_checkpoint.remote(min(layout.call_timeout_s, save_timeout_s)),
+                               save_timeout_s, "final checkpoint")
+        self._record_checkpoint(saved)
+        if final_eval:
+            result = self.calls.get(workers.evaluator.evaluate.remote(self.experiment.eval_episodes,
+                                                                      self.experiment.video_every_evals > 0),
+                                    layout.call_timeout_s * 5, "final evaluation")
+            self._log_eval(result, self.counts.actor_steps)
+
     # ------------------------------------------------- controller.Program
     def steps(self) -> int:
-        return self.actor_steps
+        return self.counts.actor_steps
 
     def eval_return(self) -> Optional[float]:
-        return self.eval.get("eval_return")
+        return self.counts.eval.get("eval_return")
 
     def advance(self, max_steps: Optional[int]) -> bool:
         """Half a second of handling results, replacing actors and checking for stalls."""
         del max_steps  # actors run their chunks on their own; the budget is counted here
-        self._check_signal()  # SIGINT/SIGTERM: leave for Driver.run's final checkpoint
+        self.calls.check_signal()  # SIGINT/SIGTERM: leave for Driver.run's final checkpoint
         if self.learner_stopped:
             return True
         self._wait_and_handle(0.5)
@@ -80,23 +155,22 @@ class ControlLoop:
                                  "checkpoint and evaluation)")
         self.stop_reason = reason
         self.stopping = True
-        self.stop_deadline = time.monotonic() + self.cfg.stop_timeout_s
-        self.learner.request_stop.remote()
+        self.stop_deadline = time.monotonic() + self.layout.stop_timeout_s
+        self.workers.learner.request_stop.remote()
 
     def evaluate(self, video: bool) -> bool:
         if self.eval_ref is not None:
             return False
-        self.evals_started += 1
-        self.eval_ref = self.evaluator.evaluate.remote(self.experiment.eval_episodes, video)
+        self.eval_ref = self.workers.evaluator.evaluate.remote(self.experiment.eval_episodes, video)
         # The evaluator pulls its weights as it starts, so the result
         # belongs to the step counts of now, not of when it returns.
-        self.pending[self.eval_ref] = ("eval", self.actor_steps)
+        self.pending[self.eval_ref] = ("eval", self.counts.actor_steps)
         return True
 
     def checkpoint(self) -> bool:
         if self.ckpt_ref is not None:
             return False
-        self.ckpt_ref = self.learner.save_checkpoint.remote(self.cfg.call_timeout_s)
+        self.ckpt_ref = self.workers.learner.save_checkpoint.remote(self.layout.call_timeout_s)
         self.pending[self.ckpt_ref] = ("checkpoint",)
         return True
 
@@ -113,12 +187,11 @@ class ControlLoop:
             more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
             ready += more
         for ref in ready:
-            tag = self.pending.pop(ref)
-            handler = getattr(self, f"_on_{tag[0]}")
-            handler(ref, *tag[1:])
+            kind, *args = self.pending.pop(ref)
+            self.handlers[kind](ref, *args)
 
     def _submit_train(self) -> None:
-        self.train_ref = self.learner.train.remote(self.cfg.learner_chunk_steps)
+        self.train_ref = self.workers.learner.train.remote(self.layout.learner_chunk_steps)
         self.train_submitted = time.monotonic()
         self.pending[self.train_ref] = ("train",)
 
@@ -126,18 +199,18 @@ class ControlLoop:
     def _on_train(self, ref) -> None:
         self.train_ref = None
         try:
-            metrics = self._get(ref, self.cfg.call_timeout_s, "learner")
+            metrics = self.calls.get(ref, self.layout.call_timeout_s, "learner")
         except RunFailedError as e:
-            if not self.colocate:
+            if not self.workers.colocate:
                 self._check_replay_alive()  # a dead replay server explains a failed learner
             raise RunFailedError(f"learner failed: {errors.one_line(e.__cause__ or e)}; the run cannot "
                                  "continue (fix the cause, then continue with --resume)") from None
-        self.learner_steps = int(metrics.get("learner_steps", self.learner_steps))
+        self.counts.learner_steps = int(metrics.get("learner_steps", self.counts.learner_steps))
         if "replay_inserts_before_first_step" in metrics:  # whether a resumed learner had to refill
-            self.loggers["driver"].write(self.actor_steps, {
-                "event": "learner_first_step", "learner_steps": self.learner_steps,
+            self.loggers["driver"].write(self.counts.actor_steps, {
+                "event": "learner_first_step", "learner_steps": self.counts.learner_steps,
                 "replay_inserts_before_first_step": int(metrics["replay_inserts_before_first_step"])})
-        self.learn_rate.update(self.learner_steps)
+        self.learn_rate.update(self.counts.learner_steps)
         self.last_learner_metrics = metrics
         if self.stopping:
             self.learner_stopped = True
@@ -147,7 +220,7 @@ class ControlLoop:
     def _on_eval(self, ref, actor_steps: int) -> None:
         self.eval_ref = None
         try:
-            result = self._get(ref, self.cfg.call_timeout_s, "evaluator")
+            result = self.calls.get(ref, self.layout.call_timeout_s, "evaluator")
         except RunFailedError as e:
             self.console.message(f"evaluation failed ({errors.one_line(e.__cause__ or e)}); will retry")
             return
@@ -160,11 +233,9 @@ class ControlLoop:
         step count when the evaluator pulled them), not the count when it ended.
         """
         video = result.pop("video", None)
-        self.eval = result
-        if result.get("eval_return") is not None:
-            self.evaluations.append((int(actor_steps), float(result["eval_return"])))
+        self.counts.record_eval(result, actor_steps)
         version = result.get("policy_version")
-        learner_steps = int(version) if version is not None and version >= 0 else self.learner_steps
+        learner_steps = int(version) if version is not None and version >= 0 else self.counts.learner_steps
         self.loggers["evaluator"].write(actor_steps, driver_records.finite({
             **result, "learner_steps": learner_steps}))
         if video:
@@ -184,50 +255,45 @@ class ControlLoop:
     def _on_checkpoint(self, ref) -> None:
         self.ckpt_ref = None
         try:
-            saved = self._get(ref, self.cfg.call_timeout_s, "checkpoint")
+            saved = self.calls.get(ref, self.layout.call_timeout_s, "checkpoint")
         except RunFailedError as e:
             self.console.message(f"checkpoint failed ({errors.one_line(e.__cause__ or e)}); will retry")
             return
         self._record_checkpoint(saved)
 
     def _record_checkpoint(self, saved: Dict[str, Any]) -> None:
-        self.checkpoint_path = saved.get("path") or self.checkpoint_path
-        values = {"actor_steps": self.actor_steps, "episodes": self.episodes,
-                  "actor_restarts": self.restarts, "learner_steps": int(saved["step"])}
-        if "replay_items" in saved:
-            values["replay_items"] = int(saved["replay_items"])
         if "replay_error" in saved:
             self.console.message(f"replay checkpoint failed ({saved['replay_error']}); the learner "
                                  "checkpoint is kept, and a resume uses an older replay checkpoint")
-        counters.save_counters(self.logdir, int(saved["step"]), values)
+        self.counts.record_checkpoint(self.logdir, saved)
 
     # ------------------------------------------------------------ periodic work
     def _periodic(self) -> None:
         if not self._read_replay():
             self._check_replay_alive()
-        versions = [s.policy_version for s in self.slots if s.policy_version >= 0 and s.active]
+        versions = [s.policy_version for s in self.workers.slots if s.policy_version >= 0 and s.active]
         # Actors can hold weights newer than the last train() result the driver
         # has seen (they pull mid-call), so clamp instead of showing a negative lag.
-        lag = max(0.0, self.learner_steps - sum(versions) / len(versions)) if versions else None
-        metrics = dict(getattr(self, "last_learner_metrics", {}))
+        lag = max(0.0, self.counts.learner_steps - sum(versions) / len(versions)) if versions else None
+        metrics = dict(self.last_learner_metrics)
         metrics.update({"learner_steps_per_second": self.learn_rate.rate(),
                         "env_steps_per_second": self.env_rate.rate(),
-                        "actor_steps": self.actor_steps, "policy_lag": lag,
-                        "actor_restarts": self.restarts, "replay_probe_misses": self.replay_probe_misses,
+                        "actor_steps": self.counts.actor_steps, "policy_lag": lag,
+                        "actor_restarts": self.counts.restarts, "replay_probe_misses": self.replay_probe_misses,
                         **{k: v for k, v in self.replay_stats.items()}})
-        self.loggers["learner"].write(self.learner_steps, driver_records.finite(metrics))
+        self.loggers["learner"].write(self.counts.learner_steps, driver_records.finite(metrics))
         self.console.show(progress.format_status(
-            actor_steps=self.actor_steps, max_actor_steps=self.max_actor_steps,
-            learner_steps=self.learner_steps, env_steps_per_s=self.env_rate.rate(),
-            learner_steps_per_s=self.learn_rate.rate(), eval_return=self.eval.get("eval_return"),
-            eval_version=self.eval.get("policy_version"), replay_size=self.replay_stats.get("replay_size"),
+            actor_steps=self.counts.actor_steps, max_actor_steps=self.max_actor_steps,
+            learner_steps=self.counts.learner_steps, env_steps_per_s=self.env_rate.rate(),
+            learner_steps_per_s=self.learn_rate.rate(), eval_return=self.counts.eval.get("eval_return"),
+            eval_version=self.counts.eval.get("policy_version"), replay_size=self.replay_stats.get("replay_size"),
             samples_per_insert=self.replay_stats.get("samples_per_insert"),
-            policy_version=min(versions) if versions else None, policy_lag=lag, restarts=self.restarts))
+            policy_version=min(versions) if versions else None, policy_lag=lag, restarts=self.counts.restarts))
         if time.monotonic() >= self.next_status_publish:
             self.next_status_publish = time.monotonic() + status_board.PUBLISH_PERIOD_S
-            self._publish_status()
+            self.publish_status()
 
-    def _publish_status(self, final: bool = False) -> None:
+    def publish_status(self, final: bool = False) -> None:
         """The ``rlplat status`` snapshot of this run into the cluster (``status_board``).
 
         Best effort: a run never fails for its status; the first failure is
@@ -253,7 +319,7 @@ class ControlLoop:
         """Refreshes ``replay_stats`` from the server's table info; False if it did not answer."""
         from rlplat.replay import errors as replay_errors  # pylint: disable=g-import-not-at-top
 
-        infos = replay_errors.probe_server(self.replay_address, timeout_s)
+        infos = replay_errors.probe_server(self.workers.replay_address, timeout_s)
         if infos is None:
             return False
         size = sum(i.current_size for i in infos.values())
@@ -269,7 +335,7 @@ class ControlLoop:
         return True
 
     def _check_replay_alive(self) -> None:
-        if self.replay_address is None:
+        if self.workers.replay_address is None:
             return
         for _ in range(2):  # more misses in a row: one slow answer on a busy box is not death
             if self._read_replay(timeout_s=5.0):
@@ -277,7 +343,7 @@ class ControlLoop:
             # A signal that came while we probed wins over the verdict: the user
             # asked to stop (and for a checkpoint), and a frozen or busy learner
             # is then the stop path's business, with its own budget.
-            self._check_signal()
+            self.calls.check_signal()
         # Silence alone is not death: on an overloaded machine the server's
         # gRPC threads can miss 12 s of probes (a bench run beside the test
         # suite lost its learner so). Ray knows whether the hosting process is
@@ -285,43 +351,43 @@ class ControlLoop:
         if not self._replay_host_dead():
             self.replay_probe_misses += 1
             return
-        if self.colocate:
+        if self.workers.colocate:
             raise RunFailedError(
                 f"learner failed: its process, which also hosts the replay server at "
-                f"{self.replay_address}, no longer answers; the run cannot continue (check the "
+                f"{self.workers.replay_address}, no longer answers; the run cannot continue (check the "
                 "learner's worker log, then continue with --resume)")
         raise RunFailedError(
-            f"replay server died; {self.replay_address} no longer answers, and actors and learner "
+            f"replay server died; {self.workers.replay_address} no longer answers, and actors and learner "
             "cannot go on without it (check its node and the worker logs, then continue with --resume)")
 
     def _replay_host_dead(self) -> bool:
         """True when Ray reports the process hosting the replay server dead."""
-        host = self.learner if self.colocate else self.replay
+        host = self.workers.learner if self.workers.colocate else self.workers.replay
         if host is None:
             return True
         ref = host.__ray_ready__.remote()
-        ready, _ = self._wait([ref], 1, 5.0)  # in slices: a signal is still acted on within 0.5 s
+        ready, _ = self.calls.wait([ref], 1, 5.0)  # in slices: a signal is still acted on within 0.5 s
         if not ready:
             return False  # alive, or not known dead yet: the next check asks again
         try:
-            ray.get(ref, timeout=self.cfg.call_timeout_s)
+            ray.get(ref, timeout=self.layout.call_timeout_s)
         except ray.exceptions.RayError:
             return True
         return False
 
     def _check_stalls(self, now: float) -> None:
-        if self.train_ref is not None and now - self.train_submitted > self.cfg.learner_stall_timeout_s:
+        if self.train_ref is not None and now - self.train_submitted > self.layout.learner_stall_timeout_s:
             self._check_replay_alive()
             raise RunFailedError(
-                f"learner made no progress for {self.cfg.learner_stall_timeout_s:g}s (a train call of "
-                f"{self.cfg.learner_chunk_steps} steps never returned); the run cannot continue")
+                f"learner made no progress for {self.layout.learner_stall_timeout_s:g}s (a train call of "
+                f"{self.layout.learner_chunk_steps} steps never returned); the run cannot continue")
         if self.stopping and now > self.stop_deadline:
             raise RunFailedError(
-                f"learner did not stop within {self.cfg.stop_timeout_s:g}s of being asked; "
+                f"learner did not stop within {self.layout.stop_timeout_s:g}s of being asked; "
                 "giving up without a final checkpoint")
-        for slot in self.slots:
-            if slot.ref is not None and now - slot.submitted > self.cfg.actor_stall_timeout_s:
+        for slot in self.workers.slots:
+            if slot.ref is not None and now - slot.submitted > self.layout.actor_stall_timeout_s:
                 self.pending.pop(slot.ref, None)
                 slot.ref = None
                 self._actor_failed(slot, f"a chunk of {slot.chunk} steps ran over "
-                                         f"{self.cfg.actor_stall_timeout_s:g}s")
+                                         f"{self.layout.actor_stall_timeout_s:g}s")

@@ -10,41 +10,42 @@ from rlplat.experiment import RunResult
 
 
 def summarize(driver, seconds: float) -> RunResult:
-    """Counts, rates and where the time went, for ``driver`` (a ``driver.Driver``) after ``run``.
+    """The ``RunResult`` of ``driver`` (a ``driver.Driver``) after ``run``.
 
     ``env_steps_per_second`` and ``learner_steps_per_second`` are measured
     from the first actor result to the last one (steady state: worker
     start-up, the final checkpoint and shutdown are left out).
     """
-    start, end = getattr(driver, "steady_start", None), getattr(driver, "steady_end", None)
+    loop, counts, workers = driver.loop, driver.counts, driver.workers
+    start, end = loop.steady_start, loop.steady_end
     env_rate = learn_rate = None
     if start and end and end[0] > start[0]:
         env_rate = (end[1] - start[1]) / (end[0] - start[0])
         learn_rate = (end[2] - start[2]) / (end[0] - start[0])
     loop_s = None
-    if hasattr(driver, "loop_started"):
-        loop_s = getattr(driver, "loop_ended", time.monotonic()) - driver.loop_started
+    if loop.loop_started is not None:
+        loop_s = (loop.loop_ended or time.monotonic()) - loop.loop_started
     details = {
-        "actor_restarts": driver.restarts,
-        "physics_errors": driver.physics_errors, "env_errors": driver.env_errors,
-        "eval_policy_version": driver.eval.get("policy_version"),
-        "actor_policy_versions": [s.policy_version for s in driver.slots],
-        "actor_seeds": [s.seed for s in driver.slots],
-        "actors": [s.describe() for s in driver.slots],
+        "actor_restarts": counts.restarts,
+        "physics_errors": counts.physics_errors, "env_errors": counts.env_errors,
+        "eval_policy_version": counts.eval.get("policy_version"),
+        "actor_policy_versions": [s.policy_version for s in workers.slots],
+        "actor_seeds": [s.seed for s in workers.slots],
+        "actors": [s.describe() for s in workers.slots],
         "env_steps_per_second": env_rate, "learner_steps_per_second": learn_rate,
-        "replay_size": driver.replay_stats.get("replay_size"),
-        "replay_restored_items": getattr(driver, "replay_restored_items", None),
-        "colocate_replay": getattr(driver, "colocate", None),
-        "learner_workers": getattr(driver, "learner_workers", None),
-        "placement": driver.plan.describe() if hasattr(driver, "plan") else None,
-        "node_placement": getattr(driver, "node_placement", None),
+        "replay_size": loop.replay_stats.get("replay_size"),
+        "replay_restored_items": counts.replay_restored_items,
+        "colocate_replay": workers.colocate if workers.plan is not None else None,
+        "learner_workers": workers.learner_workers if workers.learner is not None else None,
+        "placement": workers.plan.describe() if workers.plan is not None else None,
+        "node_placement": workers.node_placement,
         "loop_s": loop_s, **driver.phases,
     }
     return RunResult(
-        actor_steps=driver.actor_steps, learner_steps=driver.learner_steps, episodes=driver.episodes,
-        eval_return=driver.eval.get("eval_return"), evaluations=tuple(driver.evaluations),
-        stop_reason=driver.stop_reason, checkpoint=driver.checkpoint_path, logdir=driver.logdir,
-        samples_per_insert=driver.replay_stats.get("samples_per_insert"), seconds=seconds,
+        actor_steps=counts.actor_steps, learner_steps=counts.learner_steps, episodes=counts.episodes,
+        eval_return=counts.eval.get("eval_return"), evaluations=tuple(counts.evaluations),
+        stop_reason=loop.stop_reason, checkpoint=counts.checkpoint_path, logdir=driver.logdir,
+        samples_per_insert=loop.replay_stats.get("samples_per_insert"), seconds=seconds,
         details=details)
 
 

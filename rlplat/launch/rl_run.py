@@ -326,13 +326,13 @@ def _run_on_ray(args: argparse.Namespace, logdir: str, make_builder: Callable[[]
     from rlplat.runners import RayLayoutConfig, run_on_ray  # pylint: disable=g-import-not-at-top
 
     try:
-        knobs = RayLayoutConfig(**layout_kwargs_from_args(args), **dict(layout_overrides or {}))
+        layout = RayLayoutConfig(**layout_kwargs_from_args(args), **dict(layout_overrides or {}))
         experiment = experiment_from_args(args, logdir, make_builder())
     except ValueError as e:
         raise common.UsageError(str(e)) from None
     print(f"{'resuming' if args.resume else 'run'} in {logdir}", flush=True)
     try:
-        return run_on_ray(experiment, knobs)
+        return run_on_ray(experiment, layout)
     except (ValueError, cluster.ClusterConnectionError) as e:
         raise common.UsageError(str(e)) from None
     except RunFailedError as e:

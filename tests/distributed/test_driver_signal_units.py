@@ -29,7 +29,7 @@ def _driver():
     driver = Driver(Experiment(None, "cartpole:swingup", num_actors=1, logdir="unused"),
                     RayLayoutConfig(num_learner_replicas=1), restored_step=None)
     driver.out = io.StringIO()
-    driver.console = progress.ConsoleLine(True, stream=driver.out)
+    driver.console = driver.loop.console = progress.ConsoleLine(True, stream=driver.out)
     return driver
 
 
@@ -43,20 +43,20 @@ def _said(driver) -> str:
 
 def test_the_handler_only_records_and_the_driver_raises_at_its_next_check():
     driver = _driver()
-    driver._check_signal()  # nothing yet
+    driver.calls.check_signal()  # nothing yet
     try:
-        driver._on_signal(signal.SIGTERM, None)
+        driver.calls.on_signal(signal.SIGTERM, None)
     except KeyboardInterrupt as e:  # caught: a KeyboardInterrupt would stop pytest itself
         pytest.fail(f"the handler raised {e!r}: inside ray.wait Ray turns that into a bare "
                     "KeyboardInterrupt")
     with pytest.raises(RunInterrupted) as info:
-        driver._check_signal()
+        driver.calls.check_signal()
     assert info.value.signum == signal.SIGTERM and info.value.exit_code == 143
-    driver._signal_handled = True  # stopping on it: the first signal no longer interrupts
-    driver._check_signal()
-    driver._on_signal(signal.SIGINT, None)  # a second one does
+    driver.calls.handled = True  # stopping on it: the first signal no longer interrupts
+    driver.calls.check_signal()
+    driver.calls.on_signal(signal.SIGINT, None)  # a second one does
     with pytest.raises(RunInterrupted) as info:
-        driver._check_signal()
+        driver.calls.check_signal()
     assert info.value.exit_code == 143  # the run's exit code is the first signal's
 
 
@@ -68,18 +68,18 @@ def test_final_checkpoint_only_when_the_loop_ran_and_no_second_signal():
 
     driver = _driver()
     driver._finish = finish
-    driver._on_signal(signal.SIGINT, None)
+    driver.calls.on_signal(signal.SIGINT, None)
     driver._stop_on_signal()
     assert calls == [] and "SIGINT during start-up" in _said(driver)
 
-    driver.loop_started = time.monotonic()
+    driver.loop.loop_started = time.monotonic()
     driver._stop_on_signal()
     assert len(calls) == 1 and calls[0][1] is False
     stop_s, _, save_by_s = calls[0]
     assert stop_s <= save_by_s <= 22  # leaves teardown time within a 30 s SIGKILL grace
     assert "SIGINT: stopping; saving a checkpoint" in _said(driver)
 
-    driver._on_signal(signal.SIGINT, None)
+    driver.calls.on_signal(signal.SIGINT, None)
     driver._stop_on_signal()
     assert len(calls) == 1
     assert "second signal: stopping now, without a final checkpoint" in _said(driver)
@@ -87,14 +87,14 @@ def test_final_checkpoint_only_when_the_loop_ran_and_no_second_signal():
 
 def test_a_second_signal_during_the_stop_gives_up_the_checkpoint():
     driver = _driver()
-    driver.loop_started = time.monotonic()
+    driver.loop.loop_started = time.monotonic()
 
     def finish(*args, **kwargs):
-        driver._on_signal(signal.SIGINT, None)
-        driver._check_signal()
+        driver.calls.on_signal(signal.SIGINT, None)
+        driver.calls.check_signal()
 
     driver._finish = finish
-    driver._on_signal(signal.SIGINT, None)
+    driver.calls.on_signal(signal.SIGINT, None)
     try:
         driver._stop_on_signal()
     except KeyboardInterrupt as e:  # caught: a KeyboardInterrupt would stop pytest itself
@@ -107,37 +107,37 @@ def test_a_signal_during_the_replay_probe_wins_over_the_learner_death_verdict():
     user's signal, sent meanwhile, must lead to the stop path, not to 'learner
     failed' (the CI failure of the second-signal CLI test)."""
     driver = _driver()
-    driver.loop_started = time.monotonic()
-    driver.replay_address, driver.colocate = "127.0.0.1:1", True
+    driver.loop.loop_started = time.monotonic()
+    driver.workers.replay_address, driver.workers.colocate = "127.0.0.1:1", True
     probes = []
 
     def read_replay(timeout_s=2.0):
         probes.append(timeout_s)
         if len(probes) == 1:
-            driver._on_signal(signal.SIGINT, None)  # arrives while the first probe waits
+            driver.calls.on_signal(signal.SIGINT, None)  # arrives while the first probe waits
         return False
 
-    driver._read_replay = read_replay
-    driver._replay_host_dead = lambda: True
+    driver.loop._read_replay = read_replay
+    driver.loop._replay_host_dead = lambda: True
     with pytest.raises(RunInterrupted) as info:
-        driver._check_replay_alive()
+        driver.loop._check_replay_alive()
     assert info.value.exit_code == 130 and len(probes) == 1
-    driver._signal_handled = True  # during the stop, a dead replay is a verdict again
+    driver.calls.handled = True  # during the stop, a dead replay is a verdict again
     with pytest.raises(Exception, match="no longer answers"):
-        driver._check_replay_alive()
+        driver.loop._check_replay_alive()
 
 
 def test_a_replay_server_that_is_slow_to_answer_but_alive_is_not_declared_dead():
     """Probes missed on an overloaded machine (the host process alive, as Ray
     says) are counted, and the run goes on; the stall timeouts catch a hang."""
     driver = _driver()
-    driver.loop_started = time.monotonic()
-    driver.replay_address, driver.colocate = "127.0.0.1:1", True
+    driver.loop.loop_started = time.monotonic()
+    driver.workers.replay_address, driver.workers.colocate = "127.0.0.1:1", True
     probes = []
-    driver._read_replay = lambda timeout_s=2.0: probes.append(timeout_s) and False
-    driver._replay_host_dead = lambda: False
-    driver._check_replay_alive()
-    assert probes == [5.0, 5.0] and driver.replay_probe_misses == 1
+    driver.loop._read_replay = lambda timeout_s=2.0: probes.append(timeout_s) and False
+    driver.loop._replay_host_dead = lambda: False
+    driver.loop._check_replay_alive()
+    assert probes == [5.0, 5.0] and driver.loop.replay_probe_misses == 1
 
 
 def test_keep_signal_handlers_holds_back_sigint_and_sigterm_only():
@@ -218,7 +218,7 @@ from rlplat.experiment import Experiment
 cluster.connect(num_cpus=1)
 driver = Driver(Experiment(None, "cartpole:swingup", num_actors=1, logdir="unused"),
                 RayLayoutConfig(num_learner_replicas=1, console=False), None)
-driver._install_signal_handlers()
+driver.calls.install_signal_handlers()
 
 @ray.remote
 def slow():
@@ -228,7 +228,7 @@ ref = slow.remote()
 ray.wait([ref], timeout=5)  # the task is running
 threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
 try:
-    driver._get(ref, 30, "slow")
+    driver.calls.get(ref, 30, "slow")
     print("no exception")
 except RunInterrupted as e:
     print("RunInterrupted", e.exit_code)
