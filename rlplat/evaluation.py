@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import dataclasses
 import glob
-import importlib
 import json
 import os
 import re
@@ -128,18 +127,20 @@ def _read_json(logdir: str, name: str) -> Dict[str, Any]:
 
 
 def make_builder(run: RunRecord) -> core.AgentBuilder:
-    """The run's builder, from ``agents.<agent>.builder`` and its recorded agent config.
+    """The run's builder, found through the registered agents, with its recorded agent config.
 
-    ``<agent>`` is the builder's name without "Builder", lower-cased (the
-    ``rlplat train`` sub-command). Imports no TensorFlow.
+    The agent whose command module names ``run.builder`` as its
+    ``BUILDER_NAME`` provides the class (``<its package>.builder``). Imports
+    no TensorFlow.
 
     Raises:
       RunError: an unknown builder, or a recorded config it refuses.
     """
-    agent = run.builder[:-len("Builder")].lower() if run.builder.endswith("Builder") else ""
+    from rlplat.launch import agent_registry  # pylint: disable=g-import-not-at-top
+
     try:
-        cls = getattr(importlib.import_module(f"agents.{agent}.builder"), run.builder)
-    except (ImportError, AttributeError, ValueError):
+        cls = agent_registry.builder_class(run.builder)
+    except (ImportError, AttributeError, KeyError, agent_registry.NoAgentsError):
         raise RunError(f"{run.logdir}: run_info.json names builder {run.builder!r}, which rlplat "
                        "does not have (agents/<agent>/builder.py); evaluate it with the rlplat "
                        "version that trained it") from None

@@ -69,3 +69,16 @@ def builder_agents() -> Dict[str, str]:
     """Builder class name (as ``run_info.json`` records it) -> agent name."""
     return {module.BUILDER_NAME: name for name, module in commands().items()
             if getattr(module, "BUILDER_NAME", None)}
+
+
+def builder_class(builder_name: str) -> type:
+    """The builder class a run's ``run_info.json`` names, from its agent's package.
+
+    Raises:
+      KeyError: no registered agent has a builder of that name.
+    """
+    agent = builder_agents().get(builder_name)
+    if agent is None:
+        raise KeyError(builder_name)
+    package = load(agent).__name__.rpartition(".")[0]
+    return getattr(importlib.import_module(f"{package}.builder"), builder_name)
