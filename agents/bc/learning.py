@@ -23,7 +23,7 @@ class BCLearner(ReplayFedLearner):
     """Fits ``policy(observation)`` to the teacher's action, from per-replica batches of the data set."""
 
     NAME = "BC"
-    FIXES = {"*": "lower --learning-rate"}
+    FIXES = {"*": "lower --learning-rate or check the data set"}
 
     def __init__(self, config: BCConfig, environment_spec: Any, replicator: Any, iterator: Any):
         super().__init__(replicator, iterator, steps_per_call=config.steps_per_call, replay_address=None,
