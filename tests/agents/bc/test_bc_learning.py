@@ -76,6 +76,7 @@ def test_two_replicas_train_exactly_like_one():
     assert not np.allclose(_state(one)[0], initial[0])  # the steps did move the weights
 
 
+@pytest.mark.slow
 def test_a_non_finite_row_stops_the_step_and_names_the_fix():
     data = _dataset(16)
     data["action"][5, 1] = np.nan
