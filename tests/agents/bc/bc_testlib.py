@@ -59,9 +59,10 @@ def train_teacher(logdir: str, seed: int = 0, config: D4PGConfig = TEACHER_CONFI
     from rlplat.layouts import run_local
     from rlplat.utils import checkpointing, run_info
 
-    builder, progress = _KeepLearner(config), []
+    builder, progress, steps = _KeepLearner(config), [], []
 
     def on_progress(totals):
+        steps.append(totals["actor_steps"])
         if totals["actor_steps"] % TEACHER_EVAL_EVERY == 0 and totals["eval_return"] is not None:  # a new one
             progress.append((totals["actor_steps"], totals["eval_return"]))
             if totals["eval_return"] >= TEACHER_BAR:
@@ -77,7 +78,7 @@ def train_teacher(logdir: str, seed: int = 0, config: D4PGConfig = TEACHER_CONFI
                             extra={"builder": "D4PGBuilder"})
     checkpointing.Checkpointer(os.path.join(logdir, "checkpoints"),
                                **learner.checkpointables()).save(learner.num_steps)
-    return {"actor_steps": progress[-1][0] if progress else None, "learner_steps": learner.num_steps,
+    return {"actor_steps": steps[-1], "learner_steps": learner.num_steps,
             "evaluations": progress}
 
 
