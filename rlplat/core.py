@@ -24,6 +24,11 @@ if TYPE_CHECKING:  # names for annotations only: this module imports neither TF 
 Weights = Mapping[str, Sequence[np.ndarray]]
 # strategy.distribute_datasets_from_function's argument: one pipeline's batches.
 InputFn = Callable[["tf.distribute.InputContext"], "tf.data.Dataset"]
+# An offline data set in host memory: named arrays sharing their leading axis
+# (one row per example), e.g. {"observation": [N, O], "action": [N, A]}.
+OfflineDataset = Mapping[str, np.ndarray]
+# seed -> a fresh environment, as the layouts take it (``run_local``, ``run_offline``).
+EnvironmentFactory = Callable[[int], dm_env.Environment]
 
 
 class Adder(Protocol):
@@ -153,6 +158,46 @@ class AgentBuilder(abc.ABC):
         ``**objects`` restores exactly them (no critic, no optimizer); and
         ``variables`` are what the learner serves as ``"policy"``, in its order.
         """
+        raise NotImplementedError(f"{type(self).__name__} cannot build its policy network alone")
+
+
+class OfflineBuilder(abc.ABC):
+    """An agent that learns from a fixed data set: no replay server, no acting while it learns.
+
+    The offline counterpart of ``AgentBuilder``, with the same rules: a builder
+    holds only its frozen config (it pickles cheaply), and these factories
+    make everything with a thread, a file or a TF variable where it is used.
+    ``rlplat.offline.run_offline`` calls them in this order: ``make_dataset``
+    once, ``make_learner`` (which feeds itself through ``make_input_fn``),
+    then ``make_actor`` for greedy evaluation episodes. Learners are the same
+    ``Learner`` as online ones (``step``, ``num_steps``, ``checkpointables``,
+    serving ``"policy"``), so checkpoints and actors work unchanged.
+    """
+
+    @abc.abstractmethod
+    def make_dataset(self, environment_factory: EnvironmentFactory, seed: int) -> OfflineDataset:
+        """The data set, in host memory (it may need the environment, e.g. to roll out a teacher)."""
+
+    @abc.abstractmethod
+    def make_input_fn(self, dataset: OfflineDataset, seed: int) -> InputFn:
+        """Per-replica batches of ``dataset``, sized from the ``InputContext``, in an order fixed by ``seed``.
+
+        Consecutive per-replica batches make up one global batch, so a global
+        step sees the same examples whatever the number of replicas.
+        """
+
+    @abc.abstractmethod
+    def make_learner(self, environment_spec: EnvironmentSpec, replicator: Replicator,
+                     dataset: OfflineDataset, seed: int) -> Learner:
+        """The learner, its variables created under ``replicator.scope()``, fed from ``dataset``."""
+
+    @abc.abstractmethod
+    def make_actor(self, environment_spec: EnvironmentSpec, variable_source: VariableSource,
+                   seed: int) -> Actor:
+        """A greedy actor (no exploration, no adder) acting with ``variable_source``'s ``"policy"``."""
+
+    def make_policy_network(self, environment_spec: EnvironmentSpec) -> Tuple[Dict[str, Any], List[Any]]:
+        """As ``AgentBuilder.make_policy_network``: the acting network alone, for restoring a checkpoint."""
         raise NotImplementedError(f"{type(self).__name__} cannot build its policy network alone")
 
 

@@ -106,7 +106,8 @@ def test_a_broken_rule_is_reported():
              "rlplat.distributed.driver": {"ray"}}
     assert violations(table, _rules_block()) == [
         "agents.gan.x -> agents.impala.losses: agents.<one> must not import agents.<another>, "
-        "except agents.gan -> agents.supervised.data",
+        "except agents.gan -> agents.supervised.data, agents.bc -> agents.d4pg.networks, "
+        "agents.bc -> agents.d4pg.acting",
         "rlplat.launch.cli -> agents.d4pg.config: rlplat must not import agents",
         "rlplat.replay.server -> ray: ray is imported only by rlplat.distributed, rlplat.clusters",
     ]
