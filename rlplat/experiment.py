@@ -44,7 +44,7 @@ class EnvironmentFactory:
         object.__setattr__(self, "kwargs", dict(self.kwargs))
 
     def __call__(self, seed: int):
-        import envs  # pylint: disable=g-import-not-at-top  (MuJoCo loads only where an env is made)
+        import rlplat_envs as envs  # pylint: disable=g-import-not-at-top  (MuJoCo loads only where an env is made)
 
         return envs.make_environment(self.name, seed=seed, **self.kwargs)
 

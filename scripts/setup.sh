@@ -36,7 +36,7 @@ fi
 
 # Skip pip when the pins and project metadata are unchanged since the last install.
 stamp="$VENV/.rlplat-installed"
-want="$(cat constraints.txt pyproject.toml | sha256sum | cut -d' ' -f1)"
+want="$(cat constraints.txt pyproject.toml setup.py | sha256sum | cut -d' ' -f1)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   log "installing pinned Python packages (first run takes a few minutes)"
   "$VENV/bin/pip" install -q --upgrade pip

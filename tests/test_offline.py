@@ -105,9 +105,9 @@ def test_run_offline_refuses_bad_counts_before_making_anything(changes, message)
 @pytest.mark.slow
 def test_run_offline_evaluates_on_its_cadence_and_saves_the_learner(tmp_path):
     """A BC learner on made-up rows: evaluations land on call boundaries, the last at the end."""
-    from agents.bc.builder import BCBuilder
-    from agents.bc.config import BCConfig
-    import envs
+    from rlplat_agents.bc.builder import BCBuilder
+    from rlplat_agents.bc.config import BCConfig
+    import rlplat_envs as envs
 
     @dataclasses.dataclass(frozen=True)
     class MadeUp(BCBuilder):

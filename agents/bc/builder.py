@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, List, Tuple
 
-from agents.bc.config import BCConfig
+from rlplat_agents.bc.config import BCConfig
 from rlplat import core, evaluation, offline, specs  # none of them imports TensorFlow
 
 
@@ -41,13 +41,13 @@ class BCBuilder(core.OfflineBuilder):
 
     def make_learner(self, environment_spec: Any, replicator: Any, dataset: core.OfflineDataset,
                      seed: int) -> core.Learner:
-        from agents.bc.learning import BCLearner  # pylint: disable=g-import-not-at-top
+        from rlplat_agents.bc.learning import BCLearner  # pylint: disable=g-import-not-at-top
 
         return BCLearner(self.config, environment_spec, replicator,
                          replicator.distribute(self.make_input_fn(dataset, seed)))
 
     def make_actor(self, environment_spec: Any, variable_source: core.VariableSource, seed: int) -> core.Actor:
-        from agents.d4pg import acting  # pylint: disable=g-import-not-at-top  (D4PG's NumPy actor, greedy)
+        from rlplat_agents.d4pg import acting  # pylint: disable=g-import-not-at-top  (D4PG's NumPy actor, greedy)
 
         return acting.D4PGActor(acting.policy_template(environment_spec, self.config.layer_sizes),
                                 variable_source, seed=seed, evaluation=True)

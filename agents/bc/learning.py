@@ -11,8 +11,8 @@ from typing import Any, Dict
 import numpy as np
 import tensorflow as tf
 
-from agents.bc.config import BCConfig
-from agents.d4pg import networks
+from rlplat_agents.bc.config import BCConfig
+from rlplat_agents.d4pg import networks
 from rlplat import replication
 from rlplat.replay_fed_learner import ReplayFedLearner
 from rlplat.utils import nonfinite

@@ -22,7 +22,7 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from agents.d4pg.config import D4PGConfig
+from rlplat_agents.d4pg.config import D4PGConfig
 from rlplat import core
 
 if TYPE_CHECKING:  # annotations only: building a builder imports neither TF nor Reverb
@@ -155,7 +155,7 @@ class D4PGBuilder(core.AgentBuilder):
         ``learner.checkpointables()``).
         """
         del logdir
-        from agents.d4pg.learning import D4PGLearner  # pylint: disable=g-import-not-at-top
+        from rlplat_agents.d4pg.learning import D4PGLearner  # pylint: disable=g-import-not-at-top
 
         cfg = self.config
         input_fn = self.make_input_fn(replay_address, environment_spec)
@@ -167,7 +167,7 @@ class D4PGBuilder(core.AgentBuilder):
     # --------------------------------------------------------------- networks
     def make_networks(self, environment_spec: EnvironmentSpec) -> Dict[str, Any]:
         """``{"policy", "critic"}``, built: what ``D4PGLearner`` makes its online and target pairs with."""
-        from agents.d4pg import networks  # pylint: disable=g-import-not-at-top
+        from rlplat_agents.d4pg import networks  # pylint: disable=g-import-not-at-top
 
         return networks.make_networks(environment_spec, self.config)
 
@@ -181,7 +181,7 @@ class D4PGBuilder(core.AgentBuilder):
                    adder: Optional[core.Adder], actor_index: int, seed: int,
                    evaluation: bool = False) -> core.Actor:
         """A NumPy-policy actor; greedy and adder-free when ``evaluation``."""
-        from agents.d4pg import acting  # pylint: disable=g-import-not-at-top
+        from rlplat_agents.d4pg import acting  # pylint: disable=g-import-not-at-top
 
         template = acting.policy_template(environment_spec, self.config.policy_layer_sizes)
         return acting.D4PGActor(template, variable_source, None if evaluation else adder,

@@ -21,8 +21,14 @@ def _rules_block() -> list:
     return [line.strip() for line in block.group(1).splitlines() if line.strip()]
 
 
+# The folders agents/ and envs/ install under these package names (setup.py).
+PACKAGE_OF_FOLDER = {"agents": "rlplat_agents", "envs": "rlplat_envs"}
+FOLDER_OF_PACKAGE = {package: folder for folder, package in PACKAGE_OF_FOLDER.items()}
+
+
 def _module_name(path: str) -> str:
     parts = os.path.relpath(path, REPO)[:-3].split(os.sep)
+    parts[0] = PACKAGE_OF_FOLDER.get(parts[0], parts[0])
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
@@ -36,7 +42,8 @@ def _imports(path: str) -> set:
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             for alias in node.names:  # `from rlplat import core` imports the module rlplat.core
-                folder = os.path.join(REPO, *node.module.split("."), alias.name)
+                top, *rest = node.module.split(".")
+                folder = os.path.join(REPO, FOLDER_OF_PACKAGE.get(top, top), *rest, alias.name)
                 is_module = os.path.exists(folder + ".py") or os.path.isdir(folder)
                 names.add(f"{node.module}.{alias.name}" if is_module else node.module)
     return names
@@ -60,7 +67,7 @@ def _within(module: str, package: str) -> bool:
 
 def _agent(module: str):
     parts = module.split(".")
-    return parts[1] if parts[0] == "agents" and len(parts) > 1 else None
+    return parts[1] if parts[0] == "rlplat_agents" and len(parts) > 1 else None
 
 
 def violations(table: dict, rules: list) -> list:
@@ -71,7 +78,7 @@ def violations(table: dict, rules: list) -> list:
             source, rest = m.group(1), m.group(2)
             targets, _, exceptions = rest.partition(", except ")
             allowed = {tuple(e.split(" -> ")) for e in exceptions.split(", ") if " -> " in e}
-            if source == "agents.<one>":
+            if source == "rlplat_agents.<one>":
                 for module, imported in table.items():
                     for target in imported:
                         if (_agent(module) and _agent(target) and _agent(target) != _agent(module)
@@ -101,15 +108,17 @@ def test_the_import_rules_in_the_doc_hold_for_every_import():
 
 def test_a_broken_rule_is_reported():
     """The checker itself: an agent import inside rlplat and a stray Ray import are both caught."""
-    table = {"rlplat.launch.cli": {"agents.d4pg.config"}, "rlplat.replay.server": {"ray"},
-             "agents.gan.train": {"agents.supervised.data"}, "agents.gan.x": {"agents.impala.losses"},
+    table = {"rlplat.launch.cli": {"rlplat_agents.d4pg.config"}, "rlplat.replay.server": {"ray"},
+             "rlplat_agents.gan.train": {"rlplat_agents.supervised.data"},
+             "rlplat_agents.gan.x": {"rlplat_agents.impala.losses"},
              "rlplat.distributed.driver": {"ray"}}
     assert violations(table, _rules_block()) == [
-        "agents.gan.x -> agents.impala.losses: agents.<one> must not import agents.<another>, "
-        "except agents.gan -> agents.supervised.data, agents.bc -> agents.d4pg.networks, "
-        "agents.bc -> agents.d4pg.acting",
-        "rlplat.launch.cli -> agents.d4pg.config: rlplat must not import agents",
+        "rlplat.launch.cli -> rlplat_agents.d4pg.config: rlplat must not import rlplat_agents",
         "rlplat.replay.server -> ray: ray is imported only by rlplat.distributed, rlplat.clusters",
+        "rlplat_agents.gan.x -> rlplat_agents.impala.losses: "
+        "rlplat_agents.<one> must not import rlplat_agents.<another>, "
+        "except rlplat_agents.gan -> rlplat_agents.supervised.data, rlplat_agents.bc -> rlplat_agents.d4pg.networks, "
+        "rlplat_agents.bc -> rlplat_agents.d4pg.acting",
     ]
 
 

@@ -53,9 +53,9 @@ def test_short_run_writes_everything_and_resumes(tmp_path):
 
 
 def test_envs_prints_every_task(monkeypatch, capsys):
-    fake = types.ModuleType("envs")
+    fake = types.ModuleType("rlplat_envs")
     fake.list_tasks = lambda: ["cartpole:swingup", ("walker", "walk")]
-    monkeypatch.setitem(sys.modules, "envs", fake)
+    monkeypatch.setitem(sys.modules, "rlplat_envs", fake)
     assert cli.main(["envs"]) == 0
     assert capsys.readouterr().out.splitlines() == ["cartpole:swingup", "walker:walk"]
 
@@ -64,9 +64,9 @@ def test_ctrl_c_exits_130(monkeypatch, capsys):
     def interrupted():
         raise KeyboardInterrupt
 
-    fake = types.ModuleType("envs")
+    fake = types.ModuleType("rlplat_envs")
     fake.list_tasks = interrupted
-    monkeypatch.setitem(sys.modules, "envs", fake)
+    monkeypatch.setitem(sys.modules, "rlplat_envs", fake)
     assert cli.main(["envs"]) == 130
     assert capsys.readouterr().err.strip() == "rlplat: interrupted"
 
@@ -74,7 +74,7 @@ def test_ctrl_c_exits_130(monkeypatch, capsys):
 @pytest.mark.multiprocess  # loads every task in an `rlplat` process
 def test_real_envs_command():
     try:
-        from envs import list_tasks  # noqa: F401
+        from rlplat_envs import list_tasks  # noqa: F401
     except ImportError:
         pytest.skip("envs.list_tasks is not there yet")
     result = run_rlplat("envs", timeout=120)

@@ -11,8 +11,8 @@ import math
 
 import pytest
 
-from agents.d4pg.builder import D4PGBuilder
-from agents.d4pg.config import D4PGConfig
+from rlplat_agents.d4pg.builder import D4PGBuilder
+from rlplat_agents.d4pg.config import D4PGConfig
 from rlplat import runners
 from rlplat.distributed import cluster
 

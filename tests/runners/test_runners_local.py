@@ -10,8 +10,8 @@ import json
 import numpy as np
 import pytest
 
-from agents.d4pg.builder import D4PGBuilder
-from agents.d4pg.config import D4PGConfig
+from rlplat_agents.d4pg.builder import D4PGBuilder
+from rlplat_agents.d4pg.config import D4PGConfig
 from rlplat.runners import EnvironmentFactory, Experiment, LocalLayout, RunResult, run_local
 
 CONFIG = D4PGConfig(policy_layer_sizes=(32, 32), critic_layer_sizes=(32, 32), num_atoms=11,

@@ -11,8 +11,8 @@ import dataclasses
 import os
 from typing import Any, Dict
 
-from agents.d4pg.builder import D4PGBuilder
-from agents.d4pg.config import D4PGConfig
+from rlplat_agents.d4pg.builder import D4PGBuilder
+from rlplat_agents.d4pg.config import D4PGConfig
 
 TASK = "cartpole:balance_sparse"
 # Measured on this 2-core machine (agents/bc/README.md): with these settings D4PG's greedy
@@ -30,7 +30,7 @@ TEACHER_MAX_STEPS = 100_000
 
 
 def make_environment(seed: int):
-    import envs
+    import rlplat_envs as envs
 
     return envs.make_environment(TASK, seed=seed)
 

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import bc_testlib
-from agents.bc.builder import BCBuilder
-from agents.bc.config import BCConfig
+from rlplat_agents.bc.builder import BCBuilder
+from rlplat_agents.bc.config import BCConfig
 from rlplat.offline import run_offline
 
 SEED = 0

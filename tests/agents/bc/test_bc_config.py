@@ -5,8 +5,8 @@ import pickle
 
 import pytest
 
-from agents.bc.builder import BCBuilder
-from agents.bc.config import BCConfig
+from rlplat_agents.bc.builder import BCBuilder
+from rlplat_agents.bc.config import BCConfig
 
 
 def test_defaults_and_normalisation():

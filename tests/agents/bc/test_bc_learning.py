@@ -5,8 +5,8 @@ import pytest
 import tensorflow as tf
 from dm_env import specs
 
-from agents.bc.builder import BCBuilder
-from agents.bc.config import BCConfig
+from rlplat_agents.bc.builder import BCBuilder
+from rlplat_agents.bc.config import BCConfig
 from rlplat import replication
 from rlplat.specs import EnvironmentSpec
 from rlplat.utils import numpy_layers
@@ -91,7 +91,7 @@ def test_a_non_finite_row_stops_the_step_and_names_the_fix():
 
 def test_checkpoint_holds_the_policy_the_builder_can_restore_alone(tmp_path):
     """A BC checkpoint's ``policy`` is D4PG's policy network: rebuilt from the config, its weights restore."""
-    from agents.d4pg import networks
+    from rlplat_agents.d4pg import networks
     from rlplat.utils import checkpointing
 
     learner = _learner(_dataset(16), 1, global_batch_size=16, steps_per_call=2)
