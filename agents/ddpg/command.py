@@ -1,7 +1,5 @@
 """``rlplat train ddpg``: DDPG on a continuous-control task, actors on Ray (``rlplat.launch.rl_run``)."""
 
-from __future__ import annotations
-
 import argparse
 import functools
 

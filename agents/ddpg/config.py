@@ -1,7 +1,5 @@
 """DDPG hyperparameters: one frozen, validated dataclass; each field is a flag (``n_step``: ``--n-step``)."""
 
-from __future__ import annotations
-
 import dataclasses
 from typing import Any, Dict, Tuple
 
@@ -15,14 +13,14 @@ class DDPGConfig:
 
     n_step: int = field(3, "n-step return length")
     discount: float = field(0.99, "per-step discount gamma (replay holds gamma^n times the env's discounts)")
-    sigma: float = field(0.2, "std of the Gaussian exploration noise (actions in [-1, 1])")
+    sigma: float = field(0.3, "std of the Gaussian exploration noise (actions in [-1, 1])")
     tau: float = field(0.005, "Polyak rate of the target networks per learner step (1: copy every step)")
     global_batch_size: int = field(256, "learner batch over all replicas")
     samples_per_insert: float = field(128.0, "replay sampled-to-inserted ratio the rate limiter holds")
     min_replay_size: int = field(1000, "transitions in replay before learning starts")
     max_replay_size: int = field(1_000_000, "replay capacity")
-    policy_learning_rate: float = field(3e-4, "Adam learning rate of the policy")
-    critic_learning_rate: float = field(3e-4, "Adam learning rate of the critic")
+    policy_learning_rate: float = field(1e-4, "Adam learning rate of the policy")
+    critic_learning_rate: float = field(1e-3, "Adam learning rate of the critic")
     policy_layer_sizes: Tuple[int, ...] = field((256, 256), "policy MLP widths, comma-separated")
     critic_layer_sizes: Tuple[int, ...] = field((256, 256), "critic MLP widths, comma-separated")
     max_gradient_norm: float = field(40.0, "clip each network's gradient to this global norm (0: off)")
@@ -38,7 +36,7 @@ class DDPGConfig:
         for name, ok, fix in (
                 ("n_step", self.n_step >= 1, "to 1 or more"),
                 ("discount", 0.0 <= self.discount <= 1.0, "between 0 and 1 (e.g. 0.99)"),
-                ("sigma", self.sigma >= 0.0, "to 0 or more (e.g. 0.2)"),
+                ("sigma", self.sigma >= 0.0, "to 0 or more (e.g. 0.3)"),
                 ("tau", 0.0 < self.tau <= 1.0, "above 0 and at most 1 (e.g. 0.005)"),
                 ("global_batch_size", batch >= 1, "to 1 or more"),
                 ("min_replay_size", self.min_replay_size >= batch, f"to --global-batch-size ({batch}) or more"),
@@ -46,8 +44,8 @@ class DDPGConfig:
                 # Outside this, each learner step (or insert) would wait for more than the whole warm-up.
                 ("samples_per_insert", batch <= self.samples_per_insert * warmup <= batch * warmup ** 2,
                  f"between {batch / warmup:g} and {batch * warmup:g} (e.g. 128), or raise --min-replay-size"),
-                ("policy_learning_rate", self.policy_learning_rate > 0.0, "above 0 (e.g. 3e-4)"),
-                ("critic_learning_rate", self.critic_learning_rate > 0.0, "above 0 (e.g. 3e-4)"),
+                ("policy_learning_rate", self.policy_learning_rate > 0.0, "above 0 (e.g. 1e-4)"),
+                ("critic_learning_rate", self.critic_learning_rate > 0.0, "above 0 (e.g. 1e-3)"),
                 ("max_gradient_norm", self.max_gradient_norm >= 0.0, "to 0 (off) or more (e.g. 40)"),
                 ("variable_update_period", self.variable_update_period >= 1, "to 1 or more")):
             if not ok:

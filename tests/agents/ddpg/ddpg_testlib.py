@@ -65,14 +65,24 @@ def copy_weights(src, dst) -> None:
         b.assign(a)
 
 
-def mlp_numpy(network, x, output_activation=None) -> np.ndarray:
-    """A ``make_networks`` MLP in float64 NumPy: ReLU hidden layers, then the output layer's activation."""
-    weights = [v.numpy().astype(np.float64) for v in network.variables]
-    for i in range(0, len(weights), 2):
-        x = x @ weights[i] + weights[i + 1]
-        x = np.maximum(x, 0.0) if i + 2 < len(weights) else x
-    return np.tanh(x) if output_activation == "tanh" else x
+_ACTIVATIONS = {"linear": lambda x: x, "relu": lambda x: np.maximum(x, 0.0), "tanh": np.tanh}
+
+
+def mlp_numpy(network, x) -> np.ndarray:
+    """A ``make_networks`` MLP in float64 NumPy, layer by layer (Concatenate and Reshape are the caller's)."""
+    x = np.asarray(x, np.float64)
+    for layer in network.layers:
+        weights = [w.astype(np.float64) for w in layer.get_weights()]
+        if isinstance(layer, tf.keras.layers.Dense):
+            x = _ACTIVATIONS[layer.get_config()["activation"]](x @ weights[0] + weights[1])
+        elif isinstance(layer, tf.keras.layers.LayerNormalization):
+            mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+            x = (x - mean) / np.sqrt(var + layer.epsilon) * weights[0] + weights[1]
+        elif isinstance(layer, tf.keras.layers.Activation):
+            x = _ACTIVATIONS[layer.get_config()["activation"]](x)
+    return x
 
 
 def q_numpy(critic, obs, action) -> np.ndarray:
-    return mlp_numpy(critic, np.concatenate([obs, action], axis=-1).astype(np.float64))[:, 0]
+    assert isinstance(critic.layers[0], tf.keras.layers.Concatenate)
+    return mlp_numpy(critic, np.concatenate([obs, action], axis=-1))[:, 0]

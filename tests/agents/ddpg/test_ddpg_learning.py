@@ -24,7 +24,7 @@ def _reference_critic_loss(learner, batch):
     """0.5 * mean((r + d * Q'(o', pi'(o')) - Q(o, a))^2) in float64, d = gamma^n (0 at an episode's end)."""
     o_t = batch.next_observation.astype(np.float64)
     target = batch.reward + batch.discount * q_numpy(
-        learner.target_critic, o_t, mlp_numpy(learner.target_policy, o_t, "tanh"))
+        learner.target_critic, o_t, mlp_numpy(learner.target_policy, o_t))
     return 0.5 * np.mean((target - q_numpy(learner.critic, batch.observation, batch.action)) ** 2)
 
 
@@ -40,13 +40,13 @@ def test_critic_loss_is_the_n_step_td_error_from_the_target_networks():
     # Hand-worked for one terminal and one bootstrapped row: the loss is the mean of these.
     o, a, r, d, o2 = (x[:2] for x in batch)
     d = np.array([0.0, GAMMA ** N_STEP])
-    q_next = q_numpy(learner.target_critic, o2, mlp_numpy(learner.target_policy, o2.astype(np.float64), "tanh"))
+    q_next = q_numpy(learner.target_critic, o2, mlp_numpy(learner.target_policy, o2))
     by_hand = 0.5 * np.mean((np.array([r[0], r[1] + GAMMA ** 3 * q_next[1]]) - q_numpy(learner.critic, o, a)) ** 2)
     two = batch._replace(discount=d.astype(np.float32))
     loss_two = learner._losses_and_grads(tuple(tf.constant(x[:2]) for x in two))[0]
     np.testing.assert_allclose(float(loss_two), by_hand, rtol=1e-4)
     # mean_q is the critic's value of the policy's own actions at the replayed states.
-    pi = mlp_numpy(learner.policy, batch.observation.astype(np.float64), "tanh")
+    pi = mlp_numpy(learner.policy, batch.observation)
     np.testing.assert_allclose(float(mean_q), q_numpy(learner.critic, batch.observation, pi).mean(), rtol=1e-4,
                                atol=1e-6)
 
