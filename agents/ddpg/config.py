@@ -16,7 +16,7 @@ class DDPGConfig:
     sigma: float = field(0.3, "std of the Gaussian exploration noise (actions in [-1, 1])")
     tau: float = field(0.005, "Polyak rate of the target networks per learner step (1: copy every step)")
     global_batch_size: int = field(256, "learner batch over all replicas")
-    samples_per_insert: float = field(128.0, "replay sampled-to-inserted ratio the rate limiter holds")
+    samples_per_insert: float = field(256.0, "replay sampled-to-inserted ratio the rate limiter holds")
     min_replay_size: int = field(1000, "transitions in replay before learning starts")
     max_replay_size: int = field(1_000_000, "replay capacity")
     policy_learning_rate: float = field(1e-4, "Adam learning rate of the policy")
@@ -43,7 +43,7 @@ class DDPGConfig:
                 ("max_replay_size", self.max_replay_size >= warmup, f"to --min-replay-size ({warmup}) or more"),
                 # Outside this, each learner step (or insert) would wait for more than the whole warm-up.
                 ("samples_per_insert", batch <= self.samples_per_insert * warmup <= batch * warmup ** 2,
-                 f"between {batch / warmup:g} and {batch * warmup:g} (e.g. 128), or raise --min-replay-size"),
+                 f"between {batch / warmup:g} and {batch * warmup:g} (e.g. 256), or raise --min-replay-size"),
                 ("policy_learning_rate", self.policy_learning_rate > 0.0, "above 0 (e.g. 1e-4)"),
                 ("critic_learning_rate", self.critic_learning_rate > 0.0, "above 0 (e.g. 1e-3)"),
                 ("max_gradient_norm", self.max_gradient_norm >= 0.0, "to 0 (off) or more (e.g. 40)"),
