@@ -24,9 +24,11 @@ class Source(core.VariableSource):
 
 def _policy(scale):
     tf.keras.utils.set_random_seed(0)
-    init = tf.keras.initializers.RandomNormal(stddev=scale)
-    policy = tf.keras.Sequential([tf.keras.layers.Dense(8, "relu", kernel_initializer=init),
-                                  tf.keras.layers.Dense(3, "tanh", kernel_initializer=init)])
+    def init(seed):
+        return tf.keras.initializers.RandomNormal(stddev=scale, seed=seed)
+
+    policy = tf.keras.Sequential([tf.keras.layers.Dense(8, "relu", kernel_initializer=init(1)),
+                                  tf.keras.layers.Dense(3, "tanh", kernel_initializer=init(2))])
     policy(tf.zeros((1, 4)))
     return policy
 
