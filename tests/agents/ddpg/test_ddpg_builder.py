@@ -32,7 +32,7 @@ def test_builder_pickles_to_an_equal_value_and_holds_only_the_config():
     assert [f.name for f in dataclasses.fields(builder)] == ["config"]
 
 
-def test_replay_table_is_validated_and_packed():
+def test_replay_table_is_rate_limited_and_packed():
     (table,) = DDPGBuilder(small_config(samples_per_insert=4.0)).make_replay_tables(SPEC, 2)
     assert table.info.rate_limiter_info.samples_per_insert == 4.0
     assert table.info.rate_limiter_info.min_size_to_sample == 8
