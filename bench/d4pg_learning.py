@@ -35,7 +35,7 @@ BENCH = "d4pg_learning"
 
 
 def _parse_sets(pairs):
-    from agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top  (no TF)
+    from rlplat_agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top  (no TF)
 
     return seeds_lib.parse_overrides(D4PGConfig, pairs)
 
@@ -67,8 +67,8 @@ def main(argv=None):
 
 def run_one(args, overrides, seed):
     """One training run to the target; its eval curve and rates."""
-    from agents.d4pg.builder import D4PGBuilder  # pylint: disable=g-import-not-at-top
-    from agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top
+    from rlplat_agents.d4pg.builder import D4PGBuilder  # pylint: disable=g-import-not-at-top
+    from rlplat_agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top
     from rlplat.distributed.layout import RayLayoutConfig, run_on_ray  # pylint: disable=g-import-not-at-top
 
     logdir = tempfile.mkdtemp(prefix=f"d4pg_learning_s{seed}_")

@@ -73,8 +73,8 @@ def parse_variant(text: str):
 
 def run_one(env: str, variant: str, steps: int, seed: int, num_actors: int) -> dict:
     """One fixed-budget run; its steady env steps/s and the learner's step count."""
-    from agents.d4pg.builder import D4PGBuilder  # pylint: disable=g-import-not-at-top
-    from agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top
+    from rlplat_agents.d4pg.builder import D4PGBuilder  # pylint: disable=g-import-not-at-top
+    from rlplat_agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top
     from rlplat.distributed.layout import RayLayoutConfig, run_on_ray  # pylint: disable=g-import-not-at-top
 
     period, prefetch, shared = parse_variant(variant)

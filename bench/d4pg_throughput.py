@@ -82,7 +82,7 @@ def actor_classes():
             import reverb  # pylint: disable=g-import-not-at-top
             import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-            from agents.d4pg import networks  # pylint: disable=g-import-not-at-top
+            from rlplat_agents.d4pg import networks  # pylint: disable=g-import-not-at-top
             from rlplat.replay import server as replay_server  # pylint: disable=g-import-not-at-top
 
             (table,) = builder.make_replay_tables(environment_spec, num_actors)
@@ -148,7 +148,7 @@ def actor_classes():
         """Steps the task with precomputed random actions: the per-process limit."""
 
         def __init__(self, env_name, seed):
-            from envs import make_environment  # pylint: disable=g-import-not-at-top
+            from rlplat_envs import make_environment  # pylint: disable=g-import-not-at-top
 
             self._env = make_environment(env_name, seed=seed)
             spec = self._env.action_spec()
@@ -290,10 +290,10 @@ def learner_child(args):
     import reverb
     import tensorflow as tf
 
-    from agents.d4pg.builder import D4PGBuilder
-    from agents.d4pg.config import D4PGConfig
-    from agents.d4pg.learning import D4PGLearner
-    from envs import make_environment
+    from rlplat_agents.d4pg.builder import D4PGBuilder
+    from rlplat_agents.d4pg.config import D4PGConfig
+    from rlplat_agents.d4pg.learning import D4PGLearner
+    from rlplat_envs import make_environment
     from rlplat import replication, specs
     from rlplat.replay import datasets
     from rlplat.replay import server as replay_server
@@ -553,9 +553,9 @@ def main(argv=None):
     def log(msg):
         print(f"[{time.time() - started:6.1f}s] {msg}", flush=True)
 
-    from agents.d4pg.builder import D4PGBuilder
-    from agents.d4pg.config import D4PGConfig
-    from envs import make_environment
+    from rlplat_agents.d4pg.builder import D4PGBuilder
+    from rlplat_agents.d4pg.config import D4PGConfig
+    from rlplat_envs import make_environment
     from rlplat import specs
     from rlplat.distributed import resources
 

@@ -49,7 +49,7 @@ DEFAULT_TASKS = ("cartpole:balance=900@3000000", "cartpole:swingup=600@5000000",
 
 
 def _parse_sets(pairs):
-    from agents.impala.config import IMPALAConfig  # pylint: disable=g-import-not-at-top  (no TF)
+    from rlplat_agents.impala.config import IMPALAConfig  # pylint: disable=g-import-not-at-top  (no TF)
 
     return seeds_lib.parse_overrides(IMPALAConfig, pairs)
 
@@ -111,8 +111,8 @@ def main(argv=None):
 
 def run_one(settings, variant, seed):
     """One training run; its eval curve, rates and (control suite) the random-policy return."""
-    from agents.impala.builder import IMPALABuilder  # pylint: disable=g-import-not-at-top
-    from agents.impala.config import IMPALAConfig  # pylint: disable=g-import-not-at-top
+    from rlplat_agents.impala.builder import IMPALABuilder  # pylint: disable=g-import-not-at-top
+    from rlplat_agents.impala.config import IMPALAConfig  # pylint: disable=g-import-not-at-top
     from rlplat.distributed.layout import RayLayoutConfig, run_on_ray  # pylint: disable=g-import-not-at-top
 
     env, target = settings["env"], settings["target"]
@@ -158,7 +158,7 @@ def random_return(task, episodes, seed):
     """Mean return of uniform random actions: the floor a control-suite curve should rise from."""
     import numpy as np  # pylint: disable=g-import-not-at-top
 
-    from envs import make_environment  # pylint: disable=g-import-not-at-top
+    from rlplat_envs import make_environment  # pylint: disable=g-import-not-at-top
 
     rng = np.random.default_rng(seed)
     total = 0.0

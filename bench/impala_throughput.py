@@ -73,7 +73,7 @@ def _actor_classes():
             process.setup_worker(1, 1, hide_gpus=True)
             import reverb  # pylint: disable=g-import-not-at-top
 
-            from agents.impala import networks  # pylint: disable=g-import-not-at-top
+            from rlplat_agents.impala import networks  # pylint: disable=g-import-not-at-top
             from rlplat.replay import server as replay_server  # pylint: disable=g-import-not-at-top
 
             self._server = replay_server.make_server(builder.make_replay_tables(environment_spec, num_actors))
@@ -137,7 +137,7 @@ def _actor_classes():
         def __init__(self, env_name, seed):
             from dm_env import specs  # pylint: disable=g-import-not-at-top
 
-            from envs import make_environment  # pylint: disable=g-import-not-at-top
+            from rlplat_envs import make_environment  # pylint: disable=g-import-not-at-top
 
             self._env = make_environment(env_name, seed=seed)
             self._spec = self._env.action_spec()
@@ -280,10 +280,10 @@ def learner_child(args):
     import numpy as np
     import tensorflow as tf
 
-    from agents.impala.builder import IMPALABuilder
-    from agents.impala.config import IMPALAConfig
-    from agents.impala.learning import IMPALALearner
-    from envs import make_environment
+    from rlplat_agents.impala.builder import IMPALABuilder
+    from rlplat_agents.impala.config import IMPALAConfig
+    from rlplat_agents.impala.learning import IMPALALearner
+    from rlplat_envs import make_environment
     from rlplat import replication, specs
     from rlplat.replay import server as replay_server
     from rlplat.replay import tables
@@ -679,9 +679,9 @@ def main(argv=None):
     def log(msg):
         print(f"[{time.time() - started:6.1f}s] {msg}", flush=True)
 
-    from agents.impala.builder import IMPALABuilder
-    from agents.impala.config import IMPALAConfig
-    from envs import make_environment
+    from rlplat_agents.impala.builder import IMPALABuilder
+    from rlplat_agents.impala.config import IMPALAConfig
+    from rlplat_envs import make_environment
     from rlplat import specs
 
     builder = IMPALABuilder(config=IMPALAConfig())

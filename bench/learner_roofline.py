@@ -184,10 +184,10 @@ def run_tf(args) -> Dict[str, Any]:
     import numpy as np
     import tensorflow as tf
 
-    from agents.d4pg.builder import D4PGBuilder
-    from agents.d4pg.config import D4PGConfig
-    from agents.d4pg.learning import D4PGLearner
-    from envs import make_environment
+    from rlplat_agents.d4pg.builder import D4PGBuilder
+    from rlplat_agents.d4pg.config import D4PGConfig
+    from rlplat_agents.d4pg.learning import D4PGLearner
+    from rlplat_envs import make_environment
     from rlplat import replication, specs
 
     cfg = D4PGConfig()

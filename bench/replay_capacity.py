@@ -68,7 +68,7 @@ def _server(port_queue, stop) -> None:
     _quiet()
     import reverb
 
-    from agents.d4pg.builder import D4PGBuilder
+    from rlplat_agents.d4pg.builder import D4PGBuilder
     from rlplat.replay import server as replay_server
 
     (table,) = D4PGBuilder().make_replay_tables(_spec(), 1)
@@ -83,7 +83,7 @@ def _writer(address, rate, seconds, ready, start, results) -> None:
     import dm_env
     import numpy as np
 
-    from agents.d4pg.builder import D4PGBuilder
+    from rlplat_agents.d4pg.builder import D4PGBuilder
 
     adder = D4PGBuilder().make_adder(address, _spec())
     rng = np.random.default_rng(os.getpid())
@@ -115,7 +115,7 @@ def _writer(address, rate, seconds, ready, start, results) -> None:
 
 def _sampler(address, batch_size, seconds, ready, start, results) -> None:
     _quiet()
-    from agents.d4pg.builder import D4PGBuilder
+    from rlplat_agents.d4pg.builder import D4PGBuilder
     from rlplat.replay import datasets
     from rlplat.replay.signature import transition_signature
 
@@ -244,7 +244,7 @@ def main(argv=None) -> int:
     if min(counts) < 1 or max(counts) > 64 or args.rate <= 0 or args.seconds <= 0:
         parser.error("--writers must be 1-64 each, --rate and --seconds above 0")
 
-    from agents.d4pg.config import D4PGConfig
+    from rlplat_agents.d4pg.config import D4PGConfig
     from seeds import machine
 
     ctx = mp.get_context("spawn")

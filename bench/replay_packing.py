@@ -35,7 +35,7 @@ def _transitions(env_name, num_steps, seed):
     """Real observations of ``env_name`` under random actions, as (action, timestep) lists."""
     import numpy as np
 
-    from envs import make_environment
+    from rlplat_envs import make_environment
 
     rng = np.random.default_rng(seed)
     episodes, steps = [], 0
@@ -68,9 +68,9 @@ def main():
     tf_setup.configure_tensorflow(intra_op_threads=1, inter_op_threads=1)
     import reverb
 
-    from agents.d4pg.builder import D4PGBuilder
-    from agents.d4pg.config import D4PGConfig
-    from envs import make_environment
+    from rlplat_agents.d4pg.builder import D4PGBuilder
+    from rlplat_agents.d4pg.config import D4PGConfig
+    from rlplat_envs import make_environment
     from rlplat import specs
     from rlplat.replay import datasets, server as replay_server
 

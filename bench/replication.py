@@ -38,8 +38,8 @@ def _plain_runner(config, tf):
     Outside any strategy the primitives act as one replica (identity), so this
     is exactly the replicated step minus what the core adds around it.
     """
-    from agents.supervised import data
-    from agents.supervised.learning import SupervisedLearner
+    from rlplat_agents.supervised import data
+    from rlplat_agents.supervised.learning import SupervisedLearner
     from rlplat import replication
 
     learner = SupervisedLearner(config, replication.Replicator(tf.distribute.get_strategy()))
@@ -60,8 +60,8 @@ def _plain_runner(config, tf):
 
 
 def _replicated_runner(config, num_replicas):
-    from agents.supervised import data
-    from agents.supervised.learning import SupervisedLearner
+    from rlplat_agents.supervised import data
+    from rlplat_agents.supervised.learning import SupervisedLearner
     from rlplat import replication
 
     repl = replication.make_replicator(num_replicas=num_replicas)
@@ -88,7 +88,7 @@ def main(argv=None):
 
     tf_setup.configure_tensorflow(num_cpu_replicas=max(REPLICA_COUNTS))
     tf = tf_setup.import_tensorflow()
-    from agents.supervised.config import SupervisedConfig
+    from rlplat_agents.supervised.config import SupervisedConfig
 
     config = SupervisedConfig()
     runners = {"plain": _plain_runner(config, tf)}

@@ -57,9 +57,9 @@ def measure(args, log) -> Dict[str, Any]:
     import ray
 
     import d4pg_throughput as throughput
-    from agents.d4pg.builder import D4PGBuilder
-    from agents.d4pg.config import D4PGConfig
-    from envs import make_environment
+    from rlplat_agents.d4pg.builder import D4PGBuilder
+    from rlplat_agents.d4pg.config import D4PGConfig
+    from rlplat_envs import make_environment
     from rlplat import specs
     from rlplat.distributed import cluster, process, seeding, workers
     from rlplat.distributed.layout import RayLayoutConfig, run_on_ray
@@ -120,7 +120,7 @@ def _steady_rate(logdir: str, total: int) -> float:
 # ---------------------------------------------------------------------- model
 def costs() -> Dict[str, Any]:
     """The measured per-unit costs the model uses, with where each came from."""
-    from agents.d4pg.config import D4PGConfig
+    from rlplat_agents.d4pg.config import D4PGConfig
 
     cfg = D4PGConfig()
     tp, cap, roof = _load("d4pg_throughput.json"), _load("replay_capacity.json"), _load("learner_roofline.json")

@@ -18,8 +18,8 @@ import os
 # if it runs before the first dm_control import in the process.
 os.environ.setdefault("MUJOCO_GL", "osmesa")
 
-from envs.suite import UnknownEnvironmentError, list_tasks, make_environment  # noqa: E402
-from envs.wrappers import (  # noqa: E402
+from rlplat_envs.suite import UnknownEnvironmentError, list_tasks, make_environment  # noqa: E402
+from rlplat_envs.wrappers import (  # noqa: E402
     ActionRepeatWrapper,
     CanonicalActionWrapper,
     EnvironmentWrapper,
@@ -45,7 +45,7 @@ __all__ = [
 def list_gym_tasks() -> list:
     """The ``gym:<id>`` names ``make_environment`` accepts ([] without gymnasium)."""
     try:
-        from envs import gym_adapter  # pylint: disable=g-import-not-at-top  (imports gymnasium)
+        from rlplat_envs import gym_adapter  # pylint: disable=g-import-not-at-top  (imports gymnasium)
     except ImportError:
         return []
     return gym_adapter.list_gym_tasks()

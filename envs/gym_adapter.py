@@ -28,8 +28,8 @@ import dm_env
 import numpy as np
 from dm_env import specs
 
-from envs import wrappers
-from envs.base import UnknownEnvironmentError, check_positive_int
+from rlplat_envs import wrappers
+from rlplat_envs.base import UnknownEnvironmentError, check_positive_int
 
 PREFIX = "gym:"
 # Namespaces listed by `rlplat envs`: they need nothing beyond numpy. Other

@@ -14,9 +14,9 @@ import dm_env
 import numpy as np
 from dm_control import suite as dm_suite
 
-from envs import gym_adapter
-from envs import wrappers
-from envs.base import UnknownEnvironmentError
+from rlplat_envs import gym_adapter
+from rlplat_envs import wrappers
+from rlplat_envs.base import UnknownEnvironmentError
 
 __all__ = ["UnknownEnvironmentError", "list_tasks", "make_environment"]
 

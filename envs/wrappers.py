@@ -15,7 +15,7 @@ import numpy as np
 import tree
 from dm_env import specs
 
-from envs.base import EnvironmentWrapper, check_positive_int
+from rlplat_envs.base import EnvironmentWrapper, check_positive_int
 
 __all__ = [
     "EnvironmentWrapper",

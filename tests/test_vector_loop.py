@@ -48,7 +48,7 @@ def _items(server, table):
 
 
 def _run(vectorised, task, builder, spec, seeds, source, loop_steps):
-    import envs
+    import rlplat_envs as envs
     from rlplat.environment_loop import EnvironmentLoop
     from rlplat.vector_loop import VectorEnvironmentLoop
 
@@ -74,9 +74,9 @@ def _run(vectorised, task, builder, spec, seeds, source, loop_steps):
 
 
 def _d4pg(task):
-    from agents.d4pg.acting import policy_template
-    from agents.d4pg.builder import D4PGBuilder
-    from agents.d4pg.config import D4PGConfig
+    from rlplat_agents.d4pg.acting import policy_template
+    from rlplat_agents.d4pg.builder import D4PGBuilder
+    from rlplat_agents.d4pg.config import D4PGConfig
     from rlplat.utils import numpy_layers
 
     builder = D4PGBuilder(config=D4PGConfig(policy_layer_sizes=(32, 32), sigma=0.3))
@@ -88,9 +88,9 @@ def _d4pg(task):
 
 
 def _impala(task):
-    from agents.impala import networks
-    from agents.impala.builder import IMPALABuilder
-    from agents.impala.config import IMPALAConfig
+    from rlplat_agents.impala import networks
+    from rlplat_agents.impala.builder import IMPALABuilder
+    from rlplat_agents.impala.config import IMPALAConfig
 
     builder = IMPALABuilder(config=IMPALAConfig(unroll_length=10, layer_sizes=(16,)))
     spec = _spec(task)
@@ -99,7 +99,7 @@ def _impala(task):
 
 
 def _spec(task):
-    import envs
+    import rlplat_envs as envs
     from rlplat import specs
 
     with envs.make_environment(task, seed=0) as env:
@@ -129,7 +129,7 @@ def test_k_environments_in_one_actor_write_what_k_separate_actors_write(agent, t
 
 @pytest.mark.slow
 def test_a_partial_round_steps_the_first_environments_and_counts_every_step():
-    import envs
+    import rlplat_envs as envs
     from rlplat.vector_loop import VectorEnvironmentLoop
 
     builder, spec, arrays = _d4pg(TASK)

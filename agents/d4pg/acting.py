@@ -23,7 +23,7 @@ def policy_template(environment_spec: Any, layer_sizes: Sequence[int]) -> List[D
     """
     import tensorflow as tf  # pylint: disable=g-import-not-at-top  (only here)
 
-    from agents.d4pg import networks  # pylint: disable=g-import-not-at-top
+    from rlplat_agents.d4pg import networks  # pylint: disable=g-import-not-at-top
 
     obs_size = int(np.prod(environment_spec.observations.shape))
     action_size = int(np.prod(environment_spec.actions.shape))

@@ -22,7 +22,7 @@ import dataclasses
 import math
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from agents.d4pg.config import D4PGConfig
+from rlplat_agents.d4pg.config import D4PGConfig
 from rlplat import core
 
 if TYPE_CHECKING:  # annotations only: building a builder imports neither TF nor Reverb
@@ -155,7 +155,7 @@ class D4PGBuilder(core.AgentBuilder):
         ``learner.checkpointables()``).
         """
         del logdir
-        from agents.d4pg.learning import D4PGLearner  # pylint: disable=g-import-not-at-top
+        from rlplat_agents.d4pg.learning import D4PGLearner  # pylint: disable=g-import-not-at-top
 
         cfg = self.config
         input_fn = self.make_input_fn(replay_address, environment_spec)
@@ -170,7 +170,7 @@ class D4PGBuilder(core.AgentBuilder):
         import numpy as np  # pylint: disable=g-import-not-at-top
         import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-        from agents.d4pg import networks  # pylint: disable=g-import-not-at-top
+        from rlplat_agents.d4pg import networks  # pylint: disable=g-import-not-at-top
 
         cfg = self.config
         policy = networks.make_policy_network(int(np.prod(environment_spec.actions.shape)),
@@ -183,7 +183,7 @@ class D4PGBuilder(core.AgentBuilder):
                    adder: Optional[core.Adder], actor_index: int, seed: int,
                    evaluation: bool = False) -> core.Actor:
         """A NumPy-policy actor; greedy and adder-free when ``evaluation``."""
-        from agents.d4pg import acting  # pylint: disable=g-import-not-at-top
+        from rlplat_agents.d4pg import acting  # pylint: disable=g-import-not-at-top
 
         template = acting.policy_template(environment_spec, self.config.policy_layer_sizes)
         return acting.D4PGActor(template, variable_source, None if evaluation else adder,

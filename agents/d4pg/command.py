@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import re
 
-from agents.d4pg.config import D4PGConfig  # light: no TensorFlow
+from rlplat_agents.d4pg.config import D4PGConfig  # light: no TensorFlow
 from rlplat.launch import common
 from rlplat.launch import rl_run
 
@@ -109,7 +109,7 @@ def prepare(args: argparse.Namespace):
     rl_run.check_env(args.env, AGENT, continuous_actions=True)
 
     def make_builder():
-        from agents.d4pg.builder import D4PGBuilder  # pylint: disable=g-import-not-at-top
+        from rlplat_agents.d4pg.builder import D4PGBuilder  # pylint: disable=g-import-not-at-top
 
         return D4PGBuilder(config=config)
 

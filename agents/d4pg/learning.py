@@ -38,8 +38,8 @@ from typing import Any, Dict, Iterator, Optional
 import numpy as np
 import tensorflow as tf
 
-from agents.d4pg import networks
-from agents.d4pg.config import D4PGConfig
+from rlplat_agents.d4pg import networks
+from rlplat_agents.d4pg.config import D4PGConfig
 from rlplat import replication
 from rlplat.losses import distributional
 from rlplat.losses import dpg

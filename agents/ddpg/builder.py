@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from agents.ddpg.config import DDPGConfig
+from rlplat_agents.ddpg.config import DDPGConfig
 from rlplat import core
 
 if TYPE_CHECKING:  # annotations only: building a builder imports neither TF nor Reverb
@@ -37,14 +37,14 @@ class DDPGBuilder(core.AgentBuilder):
 
     def make_learner(self, environment_spec: EnvironmentSpec, replicator: Replicator, replay_address: str,
                      logdir: Optional[str] = None) -> core.Learner:
-        from agents.ddpg.learning import DDPGLearner  # pylint: disable=g-import-not-at-top
+        from rlplat_agents.ddpg.learning import DDPGLearner  # pylint: disable=g-import-not-at-top
 
         iterator = replicator.distribute(self.make_input_fn(replay_address, environment_spec))
         return DDPGLearner(self.config, environment_spec, replicator, iterator,
                            **self._replay().learner_kwargs(replay_address))
 
     def make_policy_network(self, environment_spec: EnvironmentSpec) -> Tuple[Dict[str, Any], List[Any]]:
-        from agents.ddpg.learning import make_networks  # pylint: disable=g-import-not-at-top
+        from rlplat_agents.ddpg.learning import make_networks  # pylint: disable=g-import-not-at-top
 
         policy = make_networks(self.config, environment_spec)[0]
         return {"policy": policy}, list(policy.variables)

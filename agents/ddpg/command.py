@@ -3,7 +3,7 @@
 import argparse
 import functools
 
-from agents.ddpg.config import DDPGConfig  # light: no TensorFlow
+from rlplat_agents.ddpg.config import DDPGConfig  # light: no TensorFlow
 from rlplat import config_fields
 from rlplat.launch import common
 from rlplat.launch import rl_run
@@ -34,6 +34,6 @@ def prepare(args: argparse.Namespace):
     config = common.config_from_args(DDPGConfig, args, CONFIG_FLAGS)
     rl_run.check_config(args, logdir, AGENT, config, SHAPE_FIELDS, REPLAY_FIELDS)
     rl_run.check_env(args.env, AGENT, continuous_actions=True)
-    from agents.ddpg.builder import DDPGBuilder  # pylint: disable=g-import-not-at-top
+    from rlplat_agents.ddpg.builder import DDPGBuilder  # pylint: disable=g-import-not-at-top
 
     return logdir, functools.partial(DDPGBuilder, config=config)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from agents.gan.config import GANConfig  # light: no TensorFlow
+from rlplat_agents.gan.config import GANConfig  # light: no TensorFlow
 from rlplat.launch import common
 from rlplat.launch import in_process
 
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _train(args: argparse.Namespace, config: GANConfig, logdir: str) -> int:
     def load_train():
-        from agents.gan import train  # pylint: disable=g-import-not-at-top  (imports TF)
+        from rlplat_agents.gan import train  # pylint: disable=g-import-not-at-top  (imports TF)
 
         return train
 

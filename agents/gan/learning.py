@@ -17,8 +17,8 @@ from typing import Dict, Iterator
 import numpy as np
 import tensorflow as tf
 
-from agents.gan import networks
-from agents.gan.config import GANConfig
+from rlplat_agents.gan import networks
+from rlplat_agents.gan.config import GANConfig
 from rlplat import replication
 
 

@@ -17,9 +17,9 @@ from typing import Any, Dict, Optional
 import numpy as np
 import tqdm
 
-from agents.gan import learning
-from agents.gan.config import GANConfig
-from agents.supervised import data
+from rlplat_agents.gan import learning
+from rlplat_agents.gan.config import GANConfig
+from rlplat_agents.supervised import data
 from rlplat import replication
 from rlplat.utils import checkpointing
 from rlplat.utils import loggers

@@ -29,7 +29,7 @@ import dm_env
 import numpy as np
 from dm_env import specs
 
-from agents.impala import networks
+from rlplat_agents.impala import networks
 from rlplat import core
 
 _LOG_2PI = float(np.log(2.0 * np.pi))

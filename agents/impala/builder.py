@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from agents.impala.config import IMPALAConfig
+from rlplat_agents.impala.config import IMPALAConfig
 from rlplat import core
 
 if TYPE_CHECKING:  # annotations only: building a builder imports neither TF nor Reverb
@@ -52,7 +52,7 @@ class IMPALABuilder(core.AgentBuilder):
     # ------------------------------------------------------------------ replay
     def signature(self, environment_spec: EnvironmentSpec) -> Any:
         """The queue's ``SequenceStep`` signature for ``environment_spec``."""
-        from agents.impala import acting  # pylint: disable=g-import-not-at-top
+        from rlplat_agents.impala import acting  # pylint: disable=g-import-not-at-top
         from rlplat.replay.sequence_signature import sequence_signature  # pylint: disable=g-import-not-at-top
 
         return sequence_signature(environment_spec.observations,
@@ -104,7 +104,7 @@ class IMPALABuilder(core.AgentBuilder):
                      logdir: Optional[str] = None) -> core.Learner:
         """The learner, sampling global batches of unrolls from ``replay_address``."""
         del logdir  # The caller owns logs and checkpoints (``learner.checkpointables()``).
-        from agents.impala.learning import IMPALALearner  # pylint: disable=g-import-not-at-top
+        from rlplat_agents.impala.learning import IMPALALearner  # pylint: disable=g-import-not-at-top
 
         cfg = self.config
         input_fn = self.make_input_fn(replay_address, environment_spec)
@@ -120,7 +120,7 @@ class IMPALABuilder(core.AgentBuilder):
         The value head comes along (it is part of the one checkpointed
         network) but actors never read it.
         """
-        from agents.impala import networks  # pylint: disable=g-import-not-at-top
+        from rlplat_agents.impala import networks  # pylint: disable=g-import-not-at-top
 
         network = networks.make_network(environment_spec, self.config)
         return {"network": network}, networks.acting_variables(network)
@@ -131,7 +131,7 @@ class IMPALABuilder(core.AgentBuilder):
                    evaluation: bool = False) -> core.Actor:
         """A NumPy-policy actor; greedy and adder-free when ``evaluation``."""
         del actor_index  # Every actor samples from the same policy.
-        from agents.impala import acting  # pylint: disable=g-import-not-at-top
+        from rlplat_agents.impala import acting  # pylint: disable=g-import-not-at-top
 
         return acting.IMPALAActor(acting.make_numpy_policy(environment_spec, self.config),
                                   environment_spec.actions, variable_source,

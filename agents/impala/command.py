@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from agents.impala.config import IMPALAConfig  # light: no TensorFlow
+from rlplat_agents.impala.config import IMPALAConfig  # light: no TensorFlow
 from rlplat.launch import common
 from rlplat.launch import rl_run
 
@@ -119,7 +119,7 @@ def prepare(args: argparse.Namespace):
     rl_run.check_env(args.env, AGENT)
 
     def make_builder():
-        from agents.impala.builder import IMPALABuilder  # pylint: disable=g-import-not-at-top
+        from rlplat_agents.impala.builder import IMPALABuilder  # pylint: disable=g-import-not-at-top
 
         return IMPALABuilder(config=config)
 

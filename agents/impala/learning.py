@@ -33,8 +33,8 @@ from typing import Any, Dict, Iterator, Optional
 
 import tensorflow as tf
 
-from agents.impala import networks
-from agents.impala.config import IMPALAConfig
+from rlplat_agents.impala import networks
+from rlplat_agents.impala.config import IMPALAConfig
 from rlplat import replication
 from rlplat.losses import policy_gradient as pg_losses
 from rlplat.losses.vtrace import vtrace

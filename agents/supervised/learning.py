@@ -20,9 +20,9 @@ from typing import Dict, Iterator, Optional
 
 import tensorflow as tf
 
-from agents.supervised import data
-from agents.supervised import networks
-from agents.supervised.config import SupervisedConfig
+from rlplat_agents.supervised import data
+from rlplat_agents.supervised import networks
+from rlplat_agents.supervised.config import SupervisedConfig
 from rlplat import replication
 from rlplat.utils import nonfinite
 from rlplat.utils.optimizers import apply_gradients_cross_replica

@@ -13,7 +13,7 @@ from typing import Sequence
 
 import tensorflow as tf
 
-from agents.supervised import data
+from rlplat_agents.supervised import data
 
 
 def make_classifier(hidden_sizes: Sequence[int], synchronized_batch_norm: bool = True,

@@ -27,9 +27,9 @@ from typing import Any, Dict, Optional
 import tensorflow as tf
 import tqdm
 
-from agents.supervised import data
-from agents.supervised import learning
-from agents.supervised.config import SupervisedConfig
+from rlplat_agents.supervised import data
+from rlplat_agents.supervised import learning
+from rlplat_agents.supervised.config import SupervisedConfig
 from rlplat import replication
 from rlplat.utils import checkpointing
 from rlplat.utils import loggers

@@ -43,7 +43,7 @@ class WorkerStartup:
     """
 
     def _start(self) -> None:
-        from envs import make_environment  # pylint: disable=g-import-not-at-top
+        from rlplat_envs import make_environment  # pylint: disable=g-import-not-at-top
         from rlplat import specs  # pylint: disable=g-import-not-at-top
 
         # The driver builds the environment once: a bad name fails here, before

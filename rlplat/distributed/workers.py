@@ -96,7 +96,7 @@ def _start_reverb(builder, environment_spec, num_actors: int,
 
 
 def _make_environment(env_name: str, env_kwargs: Optional[Dict[str, Any]], seed: int):
-    from envs import make_environment  # pylint: disable=g-import-not-at-top  (loads dm_control)
+    from rlplat_envs import make_environment  # pylint: disable=g-import-not-at-top  (loads dm_control)
 
     return make_environment(env_name, seed=seed, **dict(env_kwargs or {}))
 

@@ -4,7 +4,7 @@ An agent registers its command module under the ``rlplat.agents`` entry-point
 group of its distribution (``pyproject.toml``)::
 
     [project.entry-points."rlplat.agents"]
-    d4pg = "agents.d4pg.command"
+    d4pg = "rlplat_agents.d4pg.command"
 
 so adding an agent edits nothing inside ``rlplat/``. A command module defines
 ``NAME`` (the entry point's name), ``HELP``, ``add_arguments(parser)``,

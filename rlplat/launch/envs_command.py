@@ -14,7 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     del args
-    import envs  # pylint: disable=g-import-not-at-top  (lazy: loads dm_control)
+    import rlplat_envs as envs  # pylint: disable=g-import-not-at-top  (lazy: loads dm_control)
 
     import os  # pylint: disable=g-import-not-at-top
     import sys  # pylint: disable=g-import-not-at-top

@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
     from rlplat.utils import tf_setup  # pylint: disable=g-import-not-at-top
 
     tf_setup.import_tensorflow()  # every input checked: now pay for TensorFlow
-    import envs  # pylint: disable=g-import-not-at-top  (dm_control; sets MUJOCO_GL first)
+    import rlplat_envs as envs  # pylint: disable=g-import-not-at-top  (dm_control; sets MUJOCO_GL first)
     from rlplat import specs  # pylint: disable=g-import-not-at-top
 
     environment = envs.make_environment(record.env, seed=args.seed, **dict(record.env_kwargs))

@@ -184,7 +184,7 @@ def check_env(name: str, agent: str, continuous_actions: bool = False) -> None:
       common.UsageError: unknown name (with the closest ones), unsupported
         spaces, or discrete actions for an agent that needs continuous ones.
     """
-    from envs import suite  # pylint: disable=g-import-not-at-top  (dm_control, no TF)
+    from rlplat_envs import suite  # pylint: disable=g-import-not-at-top  (dm_control, no TF)
 
     try:
         suite.check_name(name)
@@ -194,7 +194,7 @@ def check_env(name: str, agent: str, continuous_actions: bool = False) -> None:
         return
     import warnings  # pylint: disable=g-import-not-at-top
 
-    import envs  # pylint: disable=g-import-not-at-top
+    import rlplat_envs as envs  # pylint: disable=g-import-not-at-top
     from dm_env import specs  # pylint: disable=g-import-not-at-top
 
     try:

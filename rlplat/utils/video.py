@@ -27,7 +27,7 @@ from typing import Callable, Sequence
 import dm_env
 import numpy as np
 
-from envs.base import EnvironmentWrapper
+from rlplat_envs.base import EnvironmentWrapper
 
 VIDEO_EXTENSIONS = (".gif", ".mp4")
 GIF_MAX_FPS = 50.0

@@ -73,8 +73,8 @@ def test_table_rows_come_from_the_bench_json(tmp_path):
 
 
 def test_overrides_are_typed_like_the_config_and_validated():
-    from agents.d4pg.config import D4PGConfig
-    from agents.impala.config import IMPALAConfig
+    from rlplat_agents.d4pg.config import D4PGConfig
+    from rlplat_agents.impala.config import IMPALAConfig
 
     got = seeds.parse_overrides(D4PGConfig, ["sigma=0.2", "n_step=3", "clipping=false",
                                              "policy_layer_sizes=64,64", "torso_init=fan_in"])

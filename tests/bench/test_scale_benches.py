@@ -31,8 +31,8 @@ def test_counted_matmuls_are_the_ones_the_learner_runs(obs_size, action_size):
     import numpy as np
     import tensorflow as tf
 
-    from agents.d4pg.config import D4PGConfig
-    from agents.d4pg.learning import D4PGLearner
+    from rlplat_agents.d4pg.config import D4PGConfig
+    from rlplat_agents.d4pg.learning import D4PGLearner
     from rlplat import replication, specs
 
     cfg = D4PGConfig(policy_layer_sizes=(32, 16), critic_layer_sizes=(48, 24, 40), num_atoms=11,

@@ -39,7 +39,7 @@ GAP_CLOSED = 0.5
 
 
 def _policy_return(policy, num_episodes=3, seed=0):
-    import envs
+    import rlplat_envs as envs
 
     env = envs.make_environment(TASK, seed=seed)
     returns = []
@@ -63,7 +63,7 @@ def _random_policy_return():
 def _untrained_policy_return(config):
     import tensorflow as tf
 
-    from agents.d4pg import networks
+    from rlplat_agents.d4pg import networks
 
     tf.keras.utils.set_random_seed(1)
     policy = None
@@ -82,8 +82,8 @@ def _untrained_policy_return(config):
 @pytest.mark.multiprocess
 @pytest.mark.timeout(900)
 def test_d4pg_beats_random_policy_by_far(tmp_path):
-    from agents.d4pg.builder import D4PGBuilder
-    from agents.d4pg.config import D4PGConfig
+    from rlplat_agents.d4pg.builder import D4PGBuilder
+    from rlplat_agents.d4pg.config import D4PGConfig
     from rlplat.distributed.layout import RayLayoutConfig, run_on_ray
 
     config = D4PGConfig(**CONFIG_CHANGES)

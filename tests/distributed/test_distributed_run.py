@@ -23,8 +23,8 @@ import pytest
 import ray
 import tensorflow as tf
 
-from agents.d4pg.builder import D4PGBuilder
-from agents.d4pg.config import D4PGConfig
+from rlplat_agents.d4pg.builder import D4PGBuilder
+from rlplat_agents.d4pg.config import D4PGConfig
 from rlplat.distributed import cluster
 from rlplat.distributed import counters
 from rlplat.distributed import layout
@@ -381,7 +381,7 @@ def _kill_learner_after_a_trained_checkpoint(logdir, stop, killed):
 
 def _restored_then_saved(logdir):
     """A fresh learner process restores ``logdir``'s newest checkpoint and saves it untouched."""
-    from envs import make_environment  # pylint: disable=g-import-not-at-top
+    from rlplat_envs import make_environment  # pylint: disable=g-import-not-at-top
     from rlplat import specs  # pylint: disable=g-import-not-at-top
     from rlplat.distributed import process, workers  # pylint: disable=g-import-not-at-top
 

@@ -28,8 +28,8 @@ import ray
 import tensorflow as tf
 from dm_env import specs
 
-from agents.d4pg.builder import D4PGBuilder
-from agents.d4pg.config import D4PGConfig
+from rlplat_agents.d4pg.builder import D4PGBuilder
+from rlplat_agents.d4pg.config import D4PGConfig
 from rlplat import replication
 from rlplat.distributed import cluster
 from rlplat.distributed import learner_group
@@ -86,7 +86,7 @@ class FixedDataBuilder(D4PGBuilder):
 
     def make_learner(self, environment_spec, replicator, replay_address, logdir=None):
         del replay_address, logdir
-        from agents.d4pg.learning import D4PGLearner  # pylint: disable=g-import-not-at-top
+        from rlplat_agents.d4pg.learning import D4PGLearner  # pylint: disable=g-import-not-at-top
 
         global_batch = self.config.global_batch_size
         rows = _fixed_rows(global_batch * NUM_BATCHES)
@@ -239,7 +239,7 @@ def test_group_arguments_are_validated():
 
 
 def _real_builder(samples_per_insert: float):
-    from agents.d4pg.builder import D4PGBuilder as RealBuilder  # pylint: disable=g-import-not-at-top
+    from rlplat_agents.d4pg.builder import D4PGBuilder as RealBuilder  # pylint: disable=g-import-not-at-top
 
     config = D4PGConfig(policy_layer_sizes=(32, 32), critic_layer_sizes=(32, 32), num_atoms=11,
                         global_batch_size=32, min_replay_size=200, samples_per_insert=samples_per_insert,
@@ -345,7 +345,7 @@ def test_run_with_two_learner_workers_resumes_from_the_chiefs_checkpoint(group_r
 
 
 def test_layout_refuses_what_a_learner_group_cannot_do():
-    from agents.d4pg.builder import D4PGBuilder as RealBuilder  # pylint: disable=g-import-not-at-top
+    from rlplat_agents.d4pg.builder import D4PGBuilder as RealBuilder  # pylint: disable=g-import-not-at-top
     from rlplat.distributed import layout  # pylint: disable=g-import-not-at-top
 
     with pytest.raises(ValueError, match="num_learner_workers must be >= 1"):

@@ -13,8 +13,8 @@ import time
 import pytest
 from resume_ratio import check_no_catch_up_burst
 
-from agents.d4pg.builder import D4PGBuilder
-from agents.d4pg.config import D4PGConfig
+from rlplat_agents.d4pg.builder import D4PGBuilder
+from rlplat_agents.d4pg.config import D4PGConfig
 from rlplat import replay_rules
 from rlplat.distributed import cluster
 from rlplat.distributed import counters

@@ -12,10 +12,10 @@ import unittest
 import numpy as np
 from dm_env import test_utils
 
-import envs  # sets MUJOCO_GL before dm_control is imported
+import rlplat_envs as envs  # sets MUJOCO_GL before dm_control is imported
 from dm_control import suite as dm_suite
 
-from envs import (
+from rlplat_envs import (
     ActionRepeatWrapper,
     CanonicalActionWrapper,
     Float32Wrapper,

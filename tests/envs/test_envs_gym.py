@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from dm_env import specs, test_utils
 
-import envs
-from envs import gym_adapter
+import rlplat_envs as envs
+from rlplat_envs import gym_adapter
 
 
 class TestCartPoleContract(test_utils.EnvironmentTestMixin, unittest.TestCase):

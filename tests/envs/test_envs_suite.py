@@ -11,10 +11,10 @@ import dm_env
 import numpy as np
 import pytest
 
-import envs
+import rlplat_envs as envs
 from dm_control import suite as dm_suite
 
-from envs import UnknownEnvironmentError, list_tasks, make_environment
+from rlplat_envs import UnknownEnvironmentError, list_tasks, make_environment
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

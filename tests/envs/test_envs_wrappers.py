@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from dm_env import specs
 
-import envs  # noqa: F401  (sets MUJOCO_GL before dm_control is imported)
+import rlplat_envs as envs  # noqa: F401  (sets MUJOCO_GL before dm_control is imported)
 from dm_control import suite as dm_suite
 
-from envs import (
+from rlplat_envs import (
     ActionRepeatWrapper,
     CanonicalActionWrapper,
     EnvironmentWrapper,

@@ -46,8 +46,8 @@ def _install_toy_agent(site):
 def test_the_repository_agents_are_registered():
     modules = agent_registry.agent_modules()
     # Installed metadata: after adding an agent to pyproject.toml, run `pip install -e .` again.
-    assert modules == {"d4pg": "agents.d4pg.command", "ddpg": "agents.ddpg.command", "gan": "agents.gan.command",
-                       "impala": "agents.impala.command", "supervised": "agents.supervised.command"}
+    assert modules == {"d4pg": "rlplat_agents.d4pg.command", "ddpg": "rlplat_agents.ddpg.command", "gan": "rlplat_agents.gan.command",
+                       "impala": "rlplat_agents.impala.command", "supervised": "rlplat_agents.supervised.command"}
     assert agent_registry.builder_agents() == {"D4PGBuilder": "d4pg", "DDPGBuilder": "ddpg",
                                                "IMPALABuilder": "impala"}
     assert sorted(agent_registry.ray_commands()) == ["d4pg", "ddpg", "impala"]

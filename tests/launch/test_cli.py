@@ -74,7 +74,7 @@ def test_ctrl_c_exits_130(monkeypatch, capsys):
 @pytest.mark.multiprocess  # loads every task in an `rlplat` process
 def test_real_envs_command():
     try:
-        from envs import list_tasks  # noqa: F401
+        from rlplat_envs import list_tasks  # noqa: F401
     except ImportError:
         pytest.skip("envs.list_tasks is not there yet")
     result = run_rlplat("envs", timeout=120)

@@ -104,7 +104,7 @@ def _policy_values_in_checkpoint(prefix):
 @pytest.mark.multiprocess
 def test_eval_restores_the_checkpoints_policy_and_repeats_its_returns(tiny_run, tmp_path):
     from rlplat import evaluation
-    import envs
+    import rlplat_envs as envs
 
     gif = str(tmp_path / "policy.gif")
     first = run_rlplat_as_user("eval", "--logdir", tiny_run, "--episodes", "2", "--seed", "3",
@@ -151,9 +151,9 @@ def test_impala_policy_comes_back_from_a_learner_style_checkpoint(tmp_path):
     """IMPALA's hook: the ``network`` key, ``acting_variables`` order; optimizer state left on disk."""
     import tensorflow as tf
 
-    import envs
-    from agents.impala.builder import IMPALABuilder
-    from agents.impala.config import IMPALAConfig
+    import rlplat_envs as envs
+    from rlplat_agents.impala.builder import IMPALABuilder
+    from rlplat_agents.impala.config import IMPALAConfig
     from rlplat import evaluation, specs
 
     builder = IMPALABuilder(config=IMPALAConfig(layer_sizes=(16, 16)))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from dm_control.rl import control
 
-from envs import EnvironmentWrapper, make_environment
+from rlplat_envs import EnvironmentWrapper, make_environment
 from rlplat import core
 from rlplat.environment_loop import EnvironmentLoop
 

@@ -10,9 +10,9 @@ import time
 import numpy as np
 import pytest
 
-from agents.d4pg.builder import D4PGBuilder
-from agents.d4pg.config import D4PGConfig
-from envs import make_environment
+from rlplat_agents.d4pg.builder import D4PGBuilder
+from rlplat_agents.d4pg.config import D4PGConfig
+from rlplat_envs import make_environment
 from rlplat.layouts import run_local
 
 

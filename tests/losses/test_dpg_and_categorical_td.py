@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from rlplat.losses import distributional
 from rlplat.losses import dpg
-from agents.d4pg.networks import make_critic_network, make_policy_network
+from rlplat_agents.d4pg.networks import make_critic_network, make_policy_network
 # pytest (prepend import mode) puts this folder on sys.path.
 from categorical_reference import log_softmax as _log_softmax, reference_project
 

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 from scipy import special, stats
 
-from agents.impala import losses
+from rlplat_agents.impala import losses
 from rlplat.losses import policy_gradient as pg_losses
 from rlplat.losses.vtrace import vtrace
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import envs
+import rlplat_envs as envs
 from rlplat.utils import video
 
 WIDTH, HEIGHT = 64, 48

@@ -6,7 +6,7 @@ import numpy as np
 import tensorflow as tf
 from dm_env import specs
 
-from agents.d4pg.config import D4PGConfig
+from rlplat_agents.d4pg.config import D4PGConfig
 from rlplat.replay.types import Transition
 from rlplat.specs import EnvironmentSpec
 

@@ -8,7 +8,7 @@ import dm_env
 import numpy as np
 import pytest
 
-from agents.d4pg import acting
+from rlplat_agents.d4pg import acting
 from rlplat import core
 from rlplat.utils import numpy_layers
 

@@ -12,8 +12,8 @@ import pytest
 import reverb
 import tensorflow as tf
 
-from agents.d4pg.builder import D4PGBuilder
-from agents.d4pg.config import D4PGConfig
+from rlplat_agents.d4pg.builder import D4PGBuilder
+from rlplat_agents.d4pg.config import D4PGConfig
 from rlplat.replay import make_server
 
 from d4pg_testlib import ACT, OBS, SPEC, small_config

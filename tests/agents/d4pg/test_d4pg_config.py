@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from agents.d4pg.config import D4PGConfig
+from rlplat_agents.d4pg.config import D4PGConfig
 
 
 def test_defaults_match_paper_and_acme():

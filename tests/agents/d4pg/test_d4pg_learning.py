@@ -11,8 +11,8 @@ import pytest
 import reverb
 import tensorflow as tf
 
-from agents.d4pg.builder import D4PGBuilder
-from agents.d4pg.learning import D4PGLearner
+from rlplat_agents.d4pg.builder import D4PGBuilder
+from rlplat_agents.d4pg.learning import D4PGLearner
 from rlplat.utils.optimizers import FusedAdam
 from rlplat import replication
 from rlplat.replay import ReplayTimeoutError, make_server, transition_signature

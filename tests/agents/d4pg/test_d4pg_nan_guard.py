@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from agents.d4pg.learning import D4PGLearner
+from rlplat_agents.d4pg.learning import D4PGLearner
 from rlplat import replication
 from rlplat.utils import checkpointing
 

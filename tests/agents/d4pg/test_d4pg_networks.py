@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from agents.d4pg.networks import make_atoms, make_critic_network, make_policy_network
+from rlplat_agents.d4pg.networks import make_atoms, make_critic_network, make_policy_network
 from rlplat.utils import numpy_layers
 
 OBS, ACT = 5, 3

@@ -6,8 +6,8 @@ import numpy as np
 import tensorflow as tf
 from dm_env import specs
 
-from agents.ddpg.config import DDPGConfig
-from agents.ddpg.learning import DDPGLearner
+from rlplat_agents.ddpg.config import DDPGConfig
+from rlplat_agents.ddpg.learning import DDPGLearner
 from rlplat import replication
 from rlplat.replay.types import Transition
 from rlplat.specs import EnvironmentSpec

@@ -14,9 +14,9 @@ import pytest
 import reverb
 import tensorflow as tf
 
-from agents.ddpg import command
-from agents.ddpg.builder import DDPGBuilder
-from agents.ddpg.config import DDPGConfig
+from rlplat_agents.ddpg import command
+from rlplat_agents.ddpg.builder import DDPGBuilder
+from rlplat_agents.ddpg.config import DDPGConfig
 from rlplat import replication
 from rlplat.launch import common
 from rlplat.replay import make_server
@@ -112,5 +112,5 @@ def test_command_is_registered_by_entry_point():
     # Installed metadata only changes with `pip install -e .`; the declaration is checked here.
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
         entry_points = tomllib.load(f)["project"]["entry-points"]["rlplat.agents"]
-    assert entry_points["ddpg"] == "agents.ddpg.command" and command.NAME == "ddpg"
+    assert entry_points["ddpg"] == "rlplat_agents.ddpg.command" and command.NAME == "ddpg"
     assert command.BUILDER_NAME == DDPGBuilder.__name__ and command.CONFIG_CLASS is DDPGConfig

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from agents.ddpg.config import DDPGConfig
+from rlplat_agents.ddpg.config import DDPGConfig
 from rlplat import config_fields
 
 

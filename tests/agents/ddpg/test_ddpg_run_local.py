@@ -12,9 +12,9 @@ os.environ.setdefault("MUJOCO_GL", "osmesa")
 import pytest
 import tensorflow as tf
 
-from agents.ddpg.builder import DDPGBuilder
-from agents.ddpg.config import DDPGConfig
-from envs import make_environment
+from rlplat_agents.ddpg.builder import DDPGBuilder
+from rlplat_agents.ddpg.config import DDPGConfig
+from rlplat_envs import make_environment
 from rlplat.layouts import run_local
 
 ACTION_REPEAT = 4  # physics steps per agent step (episodes: 250 agent steps); the budget counts agent steps

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from agents.gan import learning, networks, train
-from agents.gan.config import GANConfig
-from agents.supervised import data
+from rlplat_agents.gan import learning, networks, train
+from rlplat_agents.gan.config import GANConfig
+from rlplat_agents.supervised import data
 from rlplat import replication
 from rlplat.utils import loggers
 

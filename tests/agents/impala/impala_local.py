@@ -19,9 +19,9 @@ import numpy as np
 import tensorflow as tf
 import tree
 
-from agents.impala.builder import IMPALABuilder
-from agents.impala.config import IMPALAConfig
-from agents.impala.learning import IMPALALearner
+from rlplat_agents.impala.builder import IMPALABuilder
+from rlplat_agents.impala.config import IMPALAConfig
+from rlplat_agents.impala.learning import IMPALALearner
 from rlplat import replication
 from rlplat import specs as specs_lib
 from rlplat.replay.sequence_signature import SequenceStep

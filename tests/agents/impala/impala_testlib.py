@@ -4,8 +4,8 @@ import numpy as np
 import tensorflow as tf
 from dm_env import specs
 
-from agents.impala import acting
-from agents.impala.config import IMPALAConfig
+from rlplat_agents.impala import acting
+from rlplat_agents.impala.config import IMPALAConfig
 from rlplat.replay.sequence_signature import SequenceStep
 from rlplat.specs import EnvironmentSpec
 

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 import dm_env
 
-from agents.impala import acting, networks
+from rlplat_agents.impala import acting, networks
 from rlplat.losses import policy_gradient as pg_losses
 from impala_testlib import CONTINUOUS_SPEC, DISCRETE_SPEC, OBS, small_config
 

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from agents.impala.config import IMPALAConfig
+from rlplat_agents.impala.config import IMPALAConfig
 
 
 def test_defaults_are_valid_and_round_trip():
@@ -53,7 +53,7 @@ def test_replace_rejects_unknown_fields_and_keeps_frozen():
 def test_train_impala_scales_control_suite_rewards_unless_told(argv, want):
     import argparse
 
-    from agents.impala import command
+    from rlplat_agents.impala import command
 
     parser = argparse.ArgumentParser()
     command.add_arguments(parser)

@@ -24,7 +24,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pytest
 
-from agents.impala.config import IMPALAConfig
+from rlplat_agents.impala.config import IMPALAConfig
 from impala_local import LocalIMPALA, PointMass, greedy_action, random_return
 
 LEARNER_STEPS = 150

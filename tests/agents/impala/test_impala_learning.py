@@ -9,11 +9,11 @@ import pytest
 import reverb
 import tensorflow as tf
 
-import envs
-from agents.impala import losses, networks
+import rlplat_envs as envs
+from rlplat_agents.impala import losses, networks
 from rlplat.losses import policy_gradient as pg_losses
-from agents.impala.builder import IMPALABuilder
-from agents.impala.learning import IMPALALearner
+from rlplat_agents.impala.builder import IMPALABuilder
+from rlplat_agents.impala.learning import IMPALALearner
 from rlplat import replication, specs
 from rlplat.environment_loop import EnvironmentLoop
 from rlplat.replay import server as replay_server

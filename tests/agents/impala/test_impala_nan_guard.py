@@ -7,7 +7,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import pytest
 
-from agents.impala.learning import IMPALALearner
+from rlplat_agents.impala.learning import IMPALALearner
 from rlplat import replication
 
 from impala_testlib import DISCRETE_SPEC, batches_dataset, random_batch, small_config

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from agents.impala import networks
+from rlplat_agents.impala import networks
 from impala_testlib import CONTINUOUS_SPEC, DISCRETE_SPEC, NUM_ACTIONS, OBS, small_config
 
 CASES = [("mlp", DISCRETE_SPEC), ("lstm", DISCRETE_SPEC), ("mlp", CONTINUOUS_SPEC),

@@ -28,7 +28,7 @@ GAP_CLOSED = 0.3
 
 
 def _baselines(config):
-    import envs
+    import rlplat_envs as envs
     from impala_local import LocalIMPALA, random_return
 
     with envs.make_environment(TASK, seed=123) as env:
@@ -42,8 +42,8 @@ def _baselines(config):
 @pytest.mark.multiprocess
 @pytest.mark.timeout(1200)
 def test_impala_learns_cartpole_swingup_far_above_random_and_untrained(tmp_path):
-    from agents.impala.builder import IMPALABuilder
-    from agents.impala.config import IMPALAConfig
+    from rlplat_agents.impala.builder import IMPALABuilder
+    from rlplat_agents.impala.config import IMPALAConfig
     from rlplat.distributed.layout import RayLayoutConfig, run_on_ray
 
     config = IMPALAConfig(reward_scale=0.1)  # what the control suite needs (the config's docstring)

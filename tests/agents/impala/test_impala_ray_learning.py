@@ -19,7 +19,7 @@ BAR = 475.0
 
 
 def _random_policy_return(num_episodes=20, seed=0):
-    import envs
+    import rlplat_envs as envs
 
     rng = np.random.default_rng(seed)
     returns = []
@@ -37,8 +37,8 @@ def _random_policy_return(num_episodes=20, seed=0):
 @pytest.mark.multiprocess
 @pytest.mark.timeout(600)
 def test_impala_beats_random_policy_by_far_on_cartpole(tmp_path):
-    from agents.impala.builder import IMPALABuilder
-    from agents.impala.config import IMPALAConfig
+    from rlplat_agents.impala.builder import IMPALABuilder
+    from rlplat_agents.impala.config import IMPALAConfig
     from rlplat.distributed.layout import RayLayoutConfig, run_on_ray
 
     random_return = _random_policy_return()

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from agents.supervised import data, learning
-from agents.supervised.config import SupervisedConfig
+from rlplat_agents.supervised import data, learning
+from rlplat_agents.supervised.config import SupervisedConfig
 from rlplat import replication
 from checkpoint_state import checkpointed_state
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from agents.supervised import data, networks
-from agents.supervised.config import SupervisedConfig
+from rlplat_agents.supervised import data, networks
+from rlplat_agents.supervised.config import SupervisedConfig
 
 
 @pytest.mark.parametrize("changes, flag", [

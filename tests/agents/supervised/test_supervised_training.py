@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from agents.supervised import data, learning, train
-from agents.supervised.config import SupervisedConfig
+from rlplat_agents.supervised import data, learning, train
+from rlplat_agents.supervised.config import SupervisedConfig
 from rlplat import replication
 from rlplat.utils import checkpointing, loggers
 
