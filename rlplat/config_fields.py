@@ -4,12 +4,27 @@ Each check raises a one-line ValueError that names the command-line flag to
 change; each field ``foo_bar`` is the flag ``--foo-bar``. Checks that
 normalise a value (ints to float, lists to tuples) write it back with
 ``object.__setattr__``, as a frozen dataclass's ``__post_init__`` must.
+
+A config may declare each field with its flag's help text (``field``), so the
+text lives beside the default and ``flag_helps`` gives a command module its
+``CONFIG_FLAGS``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any, Iterable
+from typing import Any, Dict, Iterable
+
+
+def field(default: Any, help: str) -> Any:
+    """A dataclass field with a default and the help text of its command-line flag."""
+    return dataclasses.field(default=default, metadata={"help": help})
+
+
+def flag_helps(config_cls: type) -> Dict[str, str]:
+    """Field name -> help text of every field declared with ``field``, in order (a command's CONFIG_FLAGS)."""
+    return {f.name: f.metadata["help"] for f in dataclasses.fields(config_cls) if "help" in f.metadata}
 
 
 def flag(name: str) -> str:

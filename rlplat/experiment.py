@@ -115,6 +115,16 @@ class Experiment:
         if self.resume and not self.logdir:
             raise ValueError("--resume needs the --logdir of the run to continue")
 
+    def config_record(self) -> Dict[str, Any]:
+        """What ``config.json`` records of this experiment (``rlplat eval``, ``plot`` and ``status`` read it)."""
+        agent_config = getattr(self.builder, "config", None)
+        schedule = ("eval_every_actor_steps", "eval_every_s", "eval_episodes", "target_eval_return",
+                    "checkpoint_every_s", "video_every_evals")
+        return {"agent": agent_config.to_dict() if hasattr(agent_config, "to_dict") else {},
+                "env": self.environment.name, "env_kwargs": dict(self.environment.kwargs),
+                "num_actors": self.num_actors, "max_actor_steps": self.max_actor_steps, "seed": self.seed,
+                "schedule": {name: getattr(self, name) for name in schedule}}
+
     @property
     def budget(self) -> float:
         """``max_actor_steps``, or infinity when the run has no step budget."""

@@ -10,27 +10,32 @@ its policy variables to actors as NumPy arrays, one export per version
 (``utils.variable_export.VariableExport``).
 
 An agent's learner builds its networks, optimizers, ``step_counter`` and
-``NonFiniteGuard`` under ``replicator.scope()``, calls ``_serve`` with the
+``NonFiniteGuard`` (``_make_step_counter``) under ``replicator.scope()``, calls ``_serve`` with the
 variables actors need, and implements ``_step_fn`` (one replica's step,
-incrementing ``step_counter``), ``step`` and ``checkpointables``.
+incrementing ``step_counter``; ``_apply_mean_gradients`` does the all-reduce,
+clipping, NaN guard, update and increment for it) and ``checkpointables``, and
+overrides ``step`` when a call must stop early (e.g. at a target-network copy).
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
 from rlplat import core
+from rlplat import replication
+from rlplat.replay.datasets import DEFAULT_RATE_LIMITER_TIMEOUT_MS
 from rlplat.utils import nonfinite
 from rlplat.utils import variable_export
 from rlplat.utils import watchdog
+from rlplat.utils.optimizers import apply_gradients_cross_replica
 
 
 class ReplayFedLearner(core.Learner):
     """Base of learners fed from replay through a ``Replicator``.
 
-    Args:
+    Args (the defaults suit an in-memory iterator; a learner fed by Reverb passes its address):
       replicator: where the step runs.
       iterator: per-replica batches (``replicator.distribute(input_fn)``).
       steps_per_call: replicated steps per call (amortises ~1 ms of Python
@@ -50,9 +55,9 @@ class ReplayFedLearner(core.Learner):
     step_counter: tf.Variable
     _guard: nonfinite.NonFiniteGuard
 
-    def __init__(self, replicator: Any, iterator: Iterator, *, steps_per_call: int,
-                 replay_address: Optional[str], replay_table: Optional[str],
-                 rate_limiter_timeout_ms: int, step_timeout_s: float):
+    def __init__(self, replicator: Any, iterator: Iterator, *, steps_per_call: int = 8,
+                 replay_address: Optional[str] = None, replay_table: Optional[str] = None,
+                 rate_limiter_timeout_ms: int = DEFAULT_RATE_LIMITER_TIMEOUT_MS, step_timeout_s: float = 60.0):
         if steps_per_call < 1:
             raise ValueError(f"steps_per_call must be >= 1 (got {steps_per_call})")
         self._repl = replicator
@@ -66,6 +71,12 @@ class ReplayFedLearner(core.Learner):
         self._export: Optional[variable_export.VariableExport] = None
         self._step = self._step_fn  # One bound-method object: the Replicator caches per step_fn.
 
+    def _make_step_counter(self, guarded: Sequence[str]) -> None:
+        """``step_counter`` (int64, checkpointed) and the NaN guard watching ``guarded``; under ``scope()``."""
+        self.step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="learner_steps",
+                                        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        self._guard = nonfinite.NonFiniteGuard(guarded)
+
     def _serve(self, policy_variables: Sequence[tf.Variable]) -> None:
         """Starts counting steps and serving ``policy_variables``; call once they exist."""
         self._steps = variable_export.StepMirror(self.step_counter)
@@ -74,6 +85,36 @@ class ReplayFedLearner(core.Learner):
     def _step_fn(self, batch: Any) -> Dict[str, tf.Tensor]:
         """One replica's step on ``batch``; increments ``step_counter``; returns metrics."""
         raise NotImplementedError
+
+    def _apply_mean_gradients(self, losses: Sequence[tf.Tensor], updates: Sequence[Tuple[Any, Sequence, Sequence]],
+                              max_gradient_norm: float = 0.0,
+                              after_apply: Optional[Callable[[], None]] = None) -> Tuple[tf.Tensor, List[tf.Tensor]]:
+        """The platform's update, from one replica's step (replica context).
+
+        One ``all_reduce(..., "mean")`` of the per-replica mean ``losses`` and of each gradient
+        list; each list clipped to global norm ``max_gradient_norm`` (0: off) AFTER it, so N
+        replicas train like one; then, through the NaN guard (watching the mean losses, then
+        the gradient norms, in that order), every ``(optimizer, variables, gradients)`` of
+        ``updates`` is applied (``apply_gradients_cross_replica``), ``after_apply()`` runs (e.g.
+        target-network updates, in cross-replica context) and ``step_counter`` grows by one.
+        Returns the mean losses [len(losses)] and the unclipped gradient norms, one per update.
+        """
+        *grads, mean_losses = replication.all_reduce([list(g) for _, _, g in updates] + [tf.stack(losses)], "mean")
+        norms = [tf.linalg.global_norm(g) for g in grads]
+        if max_gradient_norm:
+            grads = [tf.clip_by_global_norm(g, max_gradient_norm, use_norm=n)[0] for g, n in zip(grads, norms)]
+
+        def apply(strategy, grads):
+            for (optimizer, variables, _), g in zip(updates, grads):
+                apply_gradients_cross_replica(optimizer, strategy, zip(g, variables))
+            if after_apply is not None:
+                after_apply()
+            # The counter labels the weights actors pull: read the updated variables first.
+            with tf.control_dependencies([v.read_value() for _, variables, _ in updates for v in variables]):
+                self.step_counter.assign_add(1)
+
+        self._guard.apply_if_finite(tf.unstack(mean_losses) + norms, self.step_counter, apply, grads)
+        return mean_losses, norms
 
     def _run_steps(self, n: int) -> Dict[str, float]:
         """Runs ``n`` steps; returns the last step's metrics and ``learner_steps``.
@@ -96,6 +137,10 @@ class ReplayFedLearner(core.Learner):
         out = {k: float(v) for k, v in metrics.items()}
         out["learner_steps"] = float(start + n)
         return out
+
+    def step(self) -> Dict[str, float]:
+        """``steps_per_call`` steps (see ``_run_steps``); learners that must cut calls override it."""
+        return self._run_steps(self._steps_per_call)
 
     def _mirror(self) -> variable_export.StepMirror:
         if self._steps is None:

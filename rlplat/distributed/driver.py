@@ -181,12 +181,8 @@ class Driver:
         from rlplat.utils import run_info  # pylint: disable=g-import-not-at-top
 
         exp, workers = self.experiment, self.workers
-        agent_config = getattr(exp.builder, "config", None)
-        agent_config = agent_config.to_dict() if hasattr(agent_config, "to_dict") else {}
-        config = {"agent": agent_config, "env": exp.environment.name, "env_kwargs": dict(exp.environment.kwargs),
-                  "num_actors": exp.num_actors, "num_learner_replicas": workers.num_replicas,
-                  "max_actor_steps": exp.max_actor_steps, "seed": exp.seed,
-                  "schedule": _schedule_record(exp), "layout": dataclasses.asdict(self.layout)}
+        config = {**exp.config_record(), "num_learner_replicas": workers.num_replicas,
+                  "layout": dataclasses.asdict(self.layout)}
         run_info.write_run_info(self.logdir, config, extra={
             "layout": "ray", "builder": type(exp.builder).__name__,
             "ray_address": workers.connection.address, "ray_local": workers.connection.local,
@@ -222,9 +218,3 @@ class Driver:
         self.loggers["driver"].write(self.counts.actor_steps, {"event": "replay_restore", **record})
         placement.update_run_info(self.logdir, record)
 
-
-def _schedule_record(experiment: Experiment) -> Dict[str, Any]:
-    """The experiment's evaluation, checkpoint and stop schedule, as ``config.json`` records it."""
-    names = ("eval_every_actor_steps", "eval_every_s", "eval_episodes", "target_eval_return",
-             "checkpoint_every_s", "video_every_evals")
-    return {name: getattr(experiment, name) for name in names}

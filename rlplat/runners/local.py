@@ -3,8 +3,9 @@
 The debugging runner: no Ray, everything in one Python thread, taking turns
 (a chunk of steps for each actor, then as many learner steps as the replay
 ratio allows), under the same ``rlplat.controller.Controller`` as the Ray
-runner. With a ``logdir`` it writes ``metrics.jsonl`` and TensorBoard logs,
-and checkpoints the learner (``checkpoints/ckpt-<learner step>``, beside
+runner. With a ``logdir`` it writes ``config.json`` and ``run_info.json``
+(so ``rlplat eval``, ``plot`` and ``status`` read it as a Ray run's),
+``metrics.jsonl`` and TensorBoard logs, and checkpoints the learner (``checkpoints/ckpt-<learner step>``, beside
 ``counters.json``) every ``checkpoint_every_s`` and at the end, so
 ``resume`` continues the learner and the counts; replay itself is not
 saved, so a resumed run refills it first.
@@ -198,8 +199,11 @@ class _LocalRun:
         from rlplat.utils import checkpointing  # pylint: disable=g-import-not-at-top
         from rlplat.utils import loggers  # pylint: disable=g-import-not-at-top
 
+        from rlplat.utils import run_info  # pylint: disable=g-import-not-at-top
+
         exp = self.experiment
-        os.makedirs(exp.logdir, exist_ok=True)
+        run_info.write_run_info(exp.logdir, exp.config_record(), extra={
+            "layout": "local", "builder": type(exp.builder).__name__, "resumed_from_step": self.restored_step})
         self.checkpointer = checkpointing.Checkpointer(
             os.path.join(exp.logdir, counters.CHECKPOINT_SUBDIR), **self.learner.checkpointables())
         if self.restored_step is not None:

@@ -45,12 +45,15 @@ def _install_toy_agent(site):
 
 def test_the_repository_agents_are_registered():
     modules = agent_registry.agent_modules()
-    assert modules == {"d4pg": "rlplat_agents.d4pg.command", "gan": "rlplat_agents.gan.command",
-                       "impala": "rlplat_agents.impala.command", "supervised": "rlplat_agents.supervised.command"}
-    assert agent_registry.builder_agents() == {"D4PGBuilder": "d4pg", "IMPALABuilder": "impala"}
-    assert sorted(agent_registry.ray_commands()) == ["d4pg", "impala"]
+    # Installed metadata: after adding an agent to pyproject.toml, run `pip install -e .` again.
+    assert modules == {"d4pg": "rlplat_agents.d4pg.command", "ddpg": "rlplat_agents.ddpg.command",
+                       "gan": "rlplat_agents.gan.command", "impala": "rlplat_agents.impala.command",
+                       "supervised": "rlplat_agents.supervised.command"}
+    assert agent_registry.builder_agents() == {"D4PGBuilder": "d4pg", "DDPGBuilder": "ddpg",
+                                               "IMPALABuilder": "impala"}
+    assert sorted(agent_registry.ray_commands()) == ["d4pg", "ddpg", "impala"]
     for name, (config_class, nested) in agent_registry.config_classes().items():
-        assert config_class.__name__.lower().startswith(name[:3]) and nested == (name in ("d4pg", "impala"))
+        assert config_class.__name__.lower().startswith(name[:3]) and nested == (name in ("d4pg", "ddpg", "impala"))
 
 
 def test_an_agent_installed_elsewhere_appears_in_rlplat_train_and_runs(tmp_path):

@@ -1,14 +1,12 @@
-"""A real D4PG teacher for the BC tests: trained by ``run_local``, saved as a run directory.
+"""A real D4PG teacher for the BC tests: trained by ``run_local`` into a run directory.
 
-``train_teacher`` writes what a ``rlplat train d4pg`` run leaves for ``rlplat eval``:
-``config.json`` (``agent``, ``env``), ``run_info.json`` (``builder``) and
-``checkpoints/ckpt-<learner step>`` holding the learner's ``checkpointables()``.
+``train_teacher``'s run directory holds what a ``rlplat train d4pg`` run leaves for
+``rlplat eval``: ``config.json`` (``agent``, ``env``), ``run_info.json`` (``builder``)
+and ``checkpoints/ckpt-<learner step>`` holding the learner's ``checkpointables()``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
 from typing import Any, Dict
 
 from rlplat_agents.d4pg.builder import D4PGBuilder
@@ -35,51 +33,22 @@ def make_environment(seed: int):
     return envs.make_environment(TASK, seed=seed)
 
 
-@dataclasses.dataclass(frozen=True)
-class _KeepLearner(D4PGBuilder):
-    """D4PG, keeping a handle on the learner ``run_local`` makes (to checkpoint it afterwards)."""
-
-    kept: Any = dataclasses.field(default_factory=list, compare=False)
-
-    def make_learner(self, *args, **kwargs):
-        learner = super().make_learner(*args, **kwargs)
-        self.kept.append(learner)
-        return learner
-
-
-class _Cleared(Exception):
-    """Raised from run_local's on_progress to end the run at the first evaluation that clears the bar."""
-
-
 def train_teacher(logdir: str, seed: int = 0, config: D4PGConfig = TEACHER_CONFIG) -> Dict[str, Any]:
-    """Trains D4PG on ``TASK`` in one process and saves it as a run directory.
+    """Trains D4PG on ``TASK`` in one process into the run directory ``logdir``.
 
+    ``run_local`` with a logdir writes what ``rlplat eval`` reads (config.json,
+    run_info.json, checkpoints); the run stops at the first evaluation that
+    reaches ``TEACHER_BAR`` (``target_eval_return``) or at the budget.
     Returns ``{"actor_steps", "learner_steps", "evaluations": [(actor steps, mean return)]}``.
     """
-    from rlplat.layouts import run_local
-    from rlplat.utils import checkpointing, run_info
+    from rlplat.runners import Experiment, LocalLayout, run_local
 
-    builder, progress, steps = _KeepLearner(config), [], []
-
-    def on_progress(totals):
-        steps.append(totals["actor_steps"])
-        if totals["actor_steps"] % TEACHER_EVAL_EVERY == 0 and totals["eval_return"] is not None:  # a new one
-            progress.append((totals["actor_steps"], totals["eval_return"]))
-            if totals["eval_return"] >= TEACHER_BAR:
-                raise _Cleared()
-
-    try:
-        run_local(builder, make_environment, TEACHER_MAX_STEPS, seed=seed, actor_chunk_steps=1000,
-                  eval_episodes=3, eval_every_steps=TEACHER_EVAL_EVERY, on_progress=on_progress)
-    except _Cleared:
-        pass
-    learner = builder.kept[0]
-    run_info.write_run_info(logdir, {"agent": config.to_dict(), "env": TASK, "env_kwargs": {}, "seed": seed},
-                            extra={"builder": "D4PGBuilder"})
-    checkpointing.Checkpointer(os.path.join(logdir, "checkpoints"),
-                               **learner.checkpointables()).save(learner.num_steps)
-    return {"actor_steps": steps[-1], "learner_steps": learner.num_steps,
-            "evaluations": progress}
+    experiment = Experiment(D4PGBuilder(config), TASK, seed=seed, num_actors=1, max_actor_steps=TEACHER_MAX_STEPS,
+                            eval_every_actor_steps=TEACHER_EVAL_EVERY, eval_episodes=3,
+                            target_eval_return=TEACHER_BAR, logdir=logdir)
+    result = run_local(experiment, LocalLayout(actor_chunk_steps=1000))
+    return {"actor_steps": result.actor_steps, "learner_steps": result.learner_steps,
+            "evaluations": list(result.evaluations)}
 
 
 def greedy_returns(logdir: str, num_episodes: int, seed: int) -> list:

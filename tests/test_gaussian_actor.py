@@ -1,0 +1,51 @@
+"""GaussianActor with a plain Keras policy (not D4PG's): greedy = Keras, N(0, sigma^2) noise, clipping, batches.
+
+D4PG's actor tests (tests/agents/d4pg/test_d4pg_acting.py) cover pulls, waits and the adder.
+"""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np
+import tensorflow as tf
+
+from rlplat import core
+from rlplat.gaussian_actor import GaussianActor
+
+
+class Source(core.VariableSource):
+    def __init__(self, policy):
+        self.arrays = [v.numpy() for v in policy.variables]
+
+    def get_variables(self, names):
+        return 3, {"policy": self.arrays}
+
+
+def _policy(scale):
+    tf.keras.utils.set_random_seed(0)
+    def init(seed):
+        return tf.keras.initializers.RandomNormal(stddev=scale, seed=seed)
+
+    policy = tf.keras.Sequential([tf.keras.layers.Dense(8, "relu", kernel_initializer=init(1)),
+                                  tf.keras.layers.Dense(3, "tanh", kernel_initializer=init(2))])
+    policy(tf.zeros((1, 4)))
+    return policy
+
+
+def test_for_policy_runs_the_keras_policy_in_numpy_with_noise_and_clipping():
+    policy = _policy(0.5)
+    obs = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
+    greedy = GaussianActor.for_policy(policy, Source(policy), sigma=0.5, evaluation=True)
+    want = policy(obs).numpy()
+    np.testing.assert_allclose(np.stack([greedy.select_action(o) for o in obs]), want, atol=1e-5)
+    assert greedy.policy_version == 3 and greedy.sigma == 0.0
+    np.testing.assert_allclose(greedy.policy_outputs(obs), want, atol=1e-5)  # the batched path agrees
+
+    quiet = _policy(1e-3)  # actions ~0: the noise is barely clipped at sigma 0.2
+    noisy = GaussianActor.for_policy(quiet, Source(quiet), sigma=0.2, seed=1)
+    noise = np.stack([noisy.select_action(obs[0]) for _ in range(4000)]) - quiet(obs[:1]).numpy()
+    np.testing.assert_allclose(noise.std(axis=0), 0.2, rtol=0.06)
+    loud = GaussianActor.for_policy(quiet, Source(quiet), sigma=5.0, seed=2)
+    actions = np.stack([loud.finish_action(row, 3) for row in loud.policy_outputs(np.repeat(obs, 50, 0))])
+    assert actions.dtype == np.float32 and np.all(np.abs(actions) <= 1.0) and np.any(np.abs(actions) == 1.0)
