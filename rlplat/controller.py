@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from typing import Callable, Optional, Protocol
+from typing import Callable, Dict, Optional, Protocol, Tuple
 
 
 class Program(Protocol):
@@ -177,3 +177,78 @@ class Controller:
             targets.append(self.schedule.max_steps)
         left = [t - steps for t in targets if t > steps]
         return int(min(left)) if left else None
+
+
+class StepProgram:
+    """A synchronous ``Program`` budgeted in learner steps, made of callables (in-process training).
+
+    What the supervised and GAN workloads share: train a chunk (cut by the
+    controller at the next log, evaluation or checkpoint step), log its
+    metrics, evaluate, checkpoint; at the end the last step is always
+    evaluated and checkpointed (``finish``).
+
+    Args:
+      steps: the learner's step count now.
+      train: runs ``n`` steps; returns their metrics.
+      evaluate: evaluates (and logs) at the current step; returns its figures.
+      checkpoint: saves at the current step.
+      report: logs ``(step, metrics, steps in the chunk, its seconds)`` of the last chunk.
+      steps_per_loop: the longest chunk.
+      saved_step: the step of the checkpoint already on disk (resume), if any.
+    """
+
+    def __init__(self, *, steps: Callable[[], int], train: Callable[[int], Dict[str, float]],
+                 evaluate: Callable[[], Dict[str, float]], checkpoint: Callable[[], None],
+                 report: Callable[[int, Dict[str, float], int, float], None], steps_per_loop: int,
+                 saved_step: Optional[int] = None):
+        self._steps, self._train, self._evaluate = steps, train, evaluate
+        self._checkpoint, self._report = checkpoint, report
+        self.steps_per_loop = steps_per_loop
+        self.saved_step = saved_step
+        self.last_eval: Optional[Dict[str, float]] = None
+        self.last_eval_step: Optional[int] = None
+        self._reported_step: Optional[int] = None
+        self._chunk: Optional[Tuple[Dict[str, float], int, float]] = None  # metrics, steps, seconds
+        self._stopping = False
+
+    def steps(self) -> int:
+        return self._steps()
+
+    def eval_return(self) -> Optional[float]:
+        return None  # no target return: these runs stop at their step budget
+
+    def advance(self, max_steps: Optional[int]) -> bool:
+        if self._stopping:
+            return True
+        n = min(self.steps_per_loop, max_steps or self.steps_per_loop)
+        started = time.perf_counter()
+        metrics = self._train(n)
+        self._chunk = (metrics, n, time.perf_counter() - started)
+        return False
+
+    def request_stop(self, reason: str) -> None:
+        del reason
+        self._stopping = True
+
+    def evaluate(self, video: bool) -> bool:
+        del video
+        self.last_eval, self.last_eval_step = self._evaluate(), self._steps()
+        return True
+
+    def checkpoint(self) -> bool:
+        self._checkpoint()
+        self.saved_step = self._steps()
+        return True
+
+    def report(self) -> None:
+        step = self._steps()
+        if self._chunk is not None and self._reported_step != step:
+            self._report(step, *self._chunk)
+            self._reported_step = step
+
+    def finish(self) -> None:
+        """The last step is always evaluated and checkpointed."""
+        if self.last_eval_step != self._steps():
+            self.evaluate(video=False)
+        if self.saved_step != self._steps():
+            self.checkpoint()

@@ -122,3 +122,29 @@ def test_schedule_refuses_bad_periods():
         Schedule(checkpoint_every_s=0)
     with pytest.raises(ValueError, match="max_steps must be >= 1"):
         Schedule(max_steps=0)
+
+
+def test_step_program_cuts_chunks_and_ends_with_an_evaluation_and_a_checkpoint():
+    from rlplat.controller import StepProgram
+
+    state = {"step": 0}
+    log = []
+
+    def train(n):
+        state["step"] += n
+        log.append(("train", n))
+        return {"loss": 1.0}
+
+    program = StepProgram(steps=lambda: state["step"], train=train,
+                          evaluate=lambda: log.append(("eval", state["step"])) or {"accuracy": 0.5},
+                          checkpoint=lambda: log.append(("checkpoint", state["step"])),
+                          report=lambda step, metrics, n, seconds: log.append(("report", step, n)),
+                          steps_per_loop=4)
+    Controller(Schedule(max_steps=10, eval_every_steps=3, checkpoint_every_steps=5, report_every_steps=5,
+                        budget_reason="max_steps")).run(program)
+    program.finish()
+    assert [e[1] for e in log if e[0] == "train"] == [3, 2, 1, 3, 1]  # cut at 3, 5, 6, 9, 10
+    assert [e[1] for e in log if e[0] == "eval"] == [3, 6, 9, 10]  # the last step by finish()
+    assert [e[1] for e in log if e[0] == "checkpoint"] == [5, 10]  # 10 on the grid: not saved twice
+    assert [e[1:] for e in log if e[0] == "report"] == [(5, 2), (10, 1)]  # once per step
+    assert program.last_eval == {"accuracy": 0.5} and program.saved_step == 10

@@ -1,4 +1,4 @@
-"""The GAN's outer loop: steps in chunks, logs, sample grids and MMD, checkpoints, resume.
+"""The GAN's training: the shared controller over steps in chunks, logs, sample grids and MMD, checkpoints, resume.
 
 Run directory: ``config.json``/``run_info.json``, ``metrics.jsonl``,
 ``tb/learner`` (losses), ``tb/evaluator`` (``mmd`` against held-out digits
@@ -20,6 +20,7 @@ import tqdm
 from rlplat_agents.gan import learning
 from rlplat_agents.gan.config import GANConfig
 from rlplat_agents.supervised import data
+from rlplat import controller
 from rlplat import replication
 from rlplat.utils import checkpointing
 from rlplat.utils import loggers
@@ -77,35 +78,37 @@ def train(config: GANConfig, num_replicas: Optional[int], logdir: str, resume: b
     initial = log_samples(start_step) if not resume else None
     bar = tqdm.tqdm(total=config.num_steps, initial=start_step, unit="step", dynamic_ncols=True,
                     disable=None if progress is None else not progress, desc="gan")
-    result = initial or {}
-    saved_step = start_step if resume else None
+    holder: Dict[str, Any] = {}
+
+    def train_chunk(n: int) -> Dict[str, float]:
+        metrics = learner.train(holder["batches"], n)
+        bar.update(n)
+        return metrics
+
+    def sample_and_score() -> Dict[str, float]:
+        scores = log_samples(learner.step)
+        tqdm.tqdm.write(f"step {learner.step}: MMD to held-out digits {scores['mmd']:.4f}")
+        return scores
+
+    run = controller.StepProgram(
+        steps=lambda: learner.step, train=train_chunk, evaluate=sample_and_score,
+        checkpoint=lambda: checkpointer.save(learner.step),
+        report=lambda step, metrics, n, seconds: learner_log.write(step, {**metrics, "steps_per_second": n / seconds}),
+        steps_per_loop=config.steps_per_loop, saved_step=start_step if resume else None)
     try:
-        batches = repl.distribute(data.make_input_fn(config.global_batch_size, config.seed,
-                                                     start_step=start_step,
-                                                     held_out_fraction=config.held_out_fraction))
-        step = start_step
-        while step < config.num_steps:
-            chunk = min(config.steps_per_loop, config.num_steps - step,
-                        *(p - step % p for p in (config.log_period, config.sample_period,
-                                                 config.checkpoint_period)))
-            t0 = time.perf_counter()
-            metrics = learner.train(batches, chunk)
-            seconds = time.perf_counter() - t0
-            step = learner.step
-            bar.update(chunk)
-            last = step >= config.num_steps
-            if step % config.log_period == 0 or last:
-                learner_log.write(step, {**metrics, "steps_per_second": chunk / seconds})
-            if step % config.sample_period == 0 or last:
-                result = log_samples(step)
-                tqdm.tqdm.write(f"step {step}: MMD to held-out digits {result['mmd']:.4f}")
-            if step % config.checkpoint_period == 0 or last:
-                checkpointer.save(step)
-                saved_step = step
-        if not result:
-            result = evaluate(learner, held_out_x, bandwidth)
+        if start_step < config.num_steps:
+            holder["batches"] = repl.distribute(data.make_input_fn(config.global_batch_size, config.seed,
+                                                                   start_step=start_step,
+                                                                   held_out_fraction=config.held_out_fraction))
+            schedule = controller.Schedule(
+                max_steps=config.num_steps, eval_every_steps=config.sample_period,
+                checkpoint_every_steps=config.checkpoint_period, report_every_steps=config.log_period,
+                budget_reason="max_steps")
+            controller.Controller(schedule).run(run)
+            run.finish()
+        result = run.last_eval or initial or evaluate(learner, held_out_x, bandwidth)
     except KeyboardInterrupt:
-        if learner.step != saved_step:
+        if learner.step != run.saved_step:
             checkpointer.save(learner.step)
         raise
     finally:

@@ -2,7 +2,7 @@
 
 ``train(config, num_replicas, logdir, resume)`` runs the shared outer loop
 (``rlplat.controller.Controller``, as every RL run does) over a
-``_SupervisedRun``; ``SupervisedLearner`` owns the step. Steps run in chunks
+``controller.StepProgram``; ``SupervisedLearner`` owns the step. Steps run in chunks
 of at most ``config.steps_per_loop`` inside one ``tf.function`` call, cut so
 that every log, eval and checkpoint step is a chunk boundary.
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional
 
 import tensorflow as tf
 import tqdm
@@ -98,11 +98,31 @@ def train(config: SupervisedConfig, num_replicas: Optional[int], logdir: str,
         {**config.to_dict(), "num_replicas": repl.num_replicas}), step=start_step)
     bar = tqdm.tqdm(total=config.num_steps, initial=start_step, unit="step", dynamic_ncols=True,
                     disable=None if progress is None else not progress, desc="supervised")
-    run = _SupervisedRun(config, learner, checkpointer, learner_log, eval_log, bar,
-                         saved_step=start_step if resume else None)
+    holder: Dict[str, Any] = {}
+
+    def train_chunk(n: int) -> Dict[str, float]:
+        metrics = learner.train(holder["batches"], n)
+        bar.update(n)
+        bar.set_postfix(loss=f"{metrics['loss']:.4f}", acc=f"{metrics['accuracy']:.3f}", refresh=False)
+        return metrics
+
+    def evaluate() -> Dict[str, float]:
+        held_out = learner.evaluate()
+        eval_log.write(learner.step, {"held_out_" + k: v for k, v in held_out.items()})
+        tqdm.tqdm.write(f"step {learner.step}: held-out accuracy {held_out['accuracy']:.4f} "
+                        f"loss {held_out['loss']:.4f}")
+        return held_out
+
+    def report(step: int, metrics: Dict[str, float], n: int, seconds: float) -> None:
+        learner_log.write(step, {**metrics, "steps_per_second": n / seconds,
+                                 "examples_per_second": n * config.global_batch_size / seconds})
+
+    run = controller.StepProgram(steps=lambda: learner.step, train=train_chunk, evaluate=evaluate,
+                                 checkpoint=lambda: checkpointer.save(learner.step), report=report,
+                                 steps_per_loop=config.steps_per_loop, saved_step=start_step if resume else None)
     try:
         if start_step < config.num_steps:
-            run.batches = repl.distribute(data.make_input_fn(
+            holder["batches"] = repl.distribute(data.make_input_fn(
                 config.global_batch_size, config.seed, start_step=start_step,
                 held_out_fraction=config.held_out_fraction))
             schedule = controller.Schedule(
@@ -111,7 +131,7 @@ def train(config: SupervisedConfig, num_replicas: Optional[int], logdir: str,
                 budget_reason="max_steps")
             controller.Controller(schedule).run(run)
             run.finish()
-        held_out = run.held_out or learner.evaluate()  # resumed a finished run: report it, train nothing
+        held_out = run.last_eval or learner.evaluate()  # resumed a finished run: report it, train nothing
     except KeyboardInterrupt:
         if learner.step != run.saved_step:
             path = checkpointer.save(learner.step)
@@ -123,76 +143,3 @@ def train(config: SupervisedConfig, num_replicas: Optional[int], logdir: str,
         eval_log.close()
     return {"step": learner.step, "held_out_accuracy": held_out["accuracy"],
             "held_out_loss": held_out["loss"], "seconds": time.time() - started, "logdir": logdir}
-
-
-class _SupervisedRun:
-    """Supervised training as the shared controller's ``Program`` (budgeted in learner steps).
-
-    The controller cuts each chunk at the next log, evaluation or checkpoint
-    step, so each of them lands exactly on its period.
-    """
-
-    def __init__(self, config: SupervisedConfig, learner: Any, checkpointer: Any, learner_log: Any,
-                 eval_log: Any, bar: Any, saved_step: Optional[int]):
-        self.config, self.learner, self.checkpointer = config, learner, checkpointer
-        self.learner_log, self.eval_log, self.bar = learner_log, eval_log, bar
-        self.batches: Any = None
-        self.saved_step = saved_step
-        self.held_out: Optional[Dict[str, float]] = None
-        self.eval_step: Optional[int] = None
-        self.reported_step: Optional[int] = None
-        self.chunk: Optional[Tuple[Dict[str, float], int, float]] = None  # metrics, steps, seconds
-        self.stopping = False
-
-    def steps(self) -> int:
-        return self.learner.step
-
-    def eval_return(self) -> Optional[float]:
-        return None  # no target return: supervised runs stop at their step budget
-
-    def advance(self, max_steps: Optional[int]) -> bool:
-        if self.stopping:
-            return True
-        chunk = min(self.config.steps_per_loop, max_steps or self.config.steps_per_loop)
-        started = time.perf_counter()
-        metrics = self.learner.train(self.batches, chunk)
-        self.chunk = (metrics, chunk, time.perf_counter() - started)
-        self.bar.update(chunk)
-        self.bar.set_postfix(loss=f"{metrics['loss']:.4f}", acc=f"{metrics['accuracy']:.3f}", refresh=False)
-        return False
-
-    def request_stop(self, reason: str) -> None:
-        del reason
-        self.stopping = True
-
-    def evaluate(self, video: bool) -> bool:
-        del video
-        step = self.learner.step
-        self.held_out = self.learner.evaluate()
-        self.eval_log.write(step, {"held_out_" + k: v for k, v in self.held_out.items()})
-        tqdm.tqdm.write(f"step {step}: held-out accuracy {self.held_out['accuracy']:.4f} "
-                        f"loss {self.held_out['loss']:.4f}")
-        self.eval_step = step
-        return True
-
-    def checkpoint(self) -> bool:
-        self.checkpointer.save(self.learner.step)
-        self.saved_step = self.learner.step
-        return True
-
-    def report(self) -> None:
-        step = self.learner.step
-        if self.chunk is None or self.reported_step == step:
-            return
-        metrics, chunk, seconds = self.chunk
-        self.learner_log.write(step, {**metrics, "steps_per_second": chunk / seconds,
-                                      "examples_per_second": chunk * self.config.global_batch_size / seconds})
-        self.reported_step = step
-
-    def finish(self) -> None:
-        """The last step is always logged, evaluated and checkpointed."""
-        step = self.learner.step
-        if self.eval_step != step:
-            self.evaluate(video=False)
-        if self.saved_step != step:
-            self.checkpoint()
