@@ -1,7 +1,8 @@
 """The outer loop every run shares: stop conditions, periodic evaluation, checkpoints, reports.
 
 A ``Controller`` (the orbit idea) owns *when* things happen; a ``Program``
-owns *how*. The local runner, the Ray driver and the supervised trainer are
+owns *how*. The local runner, the Ray driver, the supervised and GAN
+trainers and the offline runner (the last three through ``StepProgram``) are
 programs: each advances its own work (an actor chunk and learner steps in
 one process; waiting on Ray results; a chunk of supervised steps) and
 starts an evaluation or a checkpoint when asked, synchronously or not.

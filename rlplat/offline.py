@@ -24,6 +24,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from rlplat import controller
 from rlplat import core
 from rlplat import specs as specs_lib
 from rlplat.environment_loop import EnvironmentLoop
@@ -149,29 +150,43 @@ def run_offline(builder: core.OfflineBuilder,
         # max_env_errors=0: a failing environment stops the run rather than skew the returns.
         loop = EnvironmentLoop(environment, actor, max_env_errors=0)
         evaluations: List[Tuple[int, float]] = []
-        returns: List[float] = []
-        metrics: Dict[str, float] = {}
-        learn_s = eval_s = 0.0
-        next_eval = period
-        while learner.num_steps < num_learner_steps:
-            t0 = time.perf_counter()
-            metrics = learner.step()
-            t1 = time.perf_counter()
-            learn_s += t1 - t0
-            done = learner.num_steps >= num_learner_steps
-            if eval_episodes and (learner.num_steps >= next_eval or done):
-                actor.update(wait=True)  # always the newest weights
-                returns = [float(loop.run_episode()["episode_return"]) for _ in range(eval_episodes)]
-                evaluations.append((learner.num_steps, float(np.mean(returns))))
-                eval_s += time.perf_counter() - t1
-            while next_eval <= learner.num_steps:
-                next_eval += period
-        checkpoint = None
-        if checkpoint_dir is not None:
-            from rlplat.utils import checkpointing  # pylint: disable=g-import-not-at-top  (imports TF)
+        last: Dict[str, Any] = {"metrics": {}, "returns": [], "checkpoint": None}
+        seconds = {"learn_s": 0.0, "eval_s": 0.0}
 
-            checkpoint = checkpointing.Checkpointer(checkpoint_dir, **learner.checkpointables()).save(
-                learner.num_steps)
+        def train(n: int) -> Dict[str, float]:
+            del n  # a learner call takes its own steps_per_call; events land at or after their step
+            t0 = time.perf_counter()
+            last["metrics"] = learner.step()
+            seconds["learn_s"] += time.perf_counter() - t0
+            return last["metrics"]
+
+        def evaluate() -> Dict[str, float]:
+            if not eval_episodes:
+                return {}
+            t0 = time.perf_counter()
+            actor.update(wait=True)  # always the newest weights
+            last["returns"] = [float(loop.run_episode()["episode_return"]) for _ in range(eval_episodes)]
+            evaluations.append((learner.num_steps, float(np.mean(last["returns"]))))
+            seconds["eval_s"] += time.perf_counter() - t0
+            return {"eval_return": evaluations[-1][1]}
+
+        def save() -> None:
+            if checkpoint_dir is not None:
+                from rlplat.utils import checkpointing  # pylint: disable=g-import-not-at-top  (imports TF)
+
+                last["checkpoint"] = checkpointing.Checkpointer(
+                    checkpoint_dir, **learner.checkpointables()).save(learner.num_steps)
+
+        # The same outer loop as every other run: evaluations on the learner-step grid, one at the end,
+        # and the checkpoint at the end.
+        program = controller.StepProgram(steps=lambda: learner.num_steps, train=train, evaluate=evaluate,
+                                         checkpoint=save, report=lambda *_: None, steps_per_loop=1)
+        schedule = controller.Schedule(max_steps=num_learner_steps, eval_every_steps=period if eval_episodes else 0,
+                                       budget_reason="max_steps")
+        controller.Controller(schedule).run(program)
+        program.finish()
+        metrics, returns, checkpoint = last["metrics"], last["returns"], last["checkpoint"]
+        learn_s, eval_s = seconds["learn_s"], seconds["eval_s"]
         return {"learner_steps": learner.num_steps, "dataset_size": size, "metrics": metrics,
                 "evaluations": evaluations, "eval_returns": returns, "dataset_s": dataset_s,
                 "learn_s": learn_s, "eval_s": eval_s, "wall_s": time.perf_counter() - start,
