@@ -15,7 +15,6 @@ from rlplat_agents.bc.config import BCConfig
 from rlplat_agents.d4pg import networks
 from rlplat import replication
 from rlplat.replay_fed_learner import ReplayFedLearner
-from rlplat.utils import nonfinite
 from rlplat.utils.optimizers import apply_gradients_cross_replica
 
 
@@ -34,9 +33,7 @@ class BCLearner(ReplayFedLearner):
             self.policy(tf.zeros((1, int(np.prod(environment_spec.observations.shape)))))  # build now
             self.optimizer = tf.keras.optimizers.Adam(config.learning_rate)
             self.optimizer.build(self.policy.trainable_variables)  # slots exist before any restore
-            self.step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="learner_steps",
-                                            aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-            self._guard = nonfinite.NonFiniteGuard(("loss", "gradient"))
+            self._make_step_counter(("loss", "gradient"))
         self._serve(self.policy.variables)
 
     def _step_fn(self, batch) -> Dict[str, tf.Tensor]:

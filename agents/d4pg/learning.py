@@ -44,7 +44,6 @@ from rlplat.losses import distributional
 from rlplat.losses import dpg
 from rlplat.replay import datasets as replay_datasets
 from rlplat.replay_fed_learner import ReplayFedLearner
-from rlplat.utils import nonfinite
 from rlplat.utils.optimizers import FusedAdam, apply_gradients_cross_replica
 
 # What the NaN guard watches (in this order) and what to change for each.
@@ -116,10 +115,7 @@ class D4PGLearner(ReplayFedLearner):
             self.policy_optimizer.build(self.policy.trainable_variables)
             self.critic_optimizer.build(self.critic.trainable_variables)
             # Incremented inside the step so it can never drift from the weights.
-            self.step_counter = tf.Variable(
-                0, dtype=tf.int64, trainable=False, name="learner_steps",
-                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-            self._guard = nonfinite.NonFiniteGuard(_GUARDED)
+            self._make_step_counter(_GUARDED)
         self._atoms = self.critic.atoms
         self._copy_targets()  # Targets start equal to the online networks (step 0).
 
