@@ -116,6 +116,19 @@ def _scaling(d: Dict[str, Any]) -> List[str]:
     return lines + ["full model: [results/scaling.md](results/scaling.md)"]
 
 
+def _envpool(d: Dict[str, Any]) -> List[str]:
+    lines = []
+    for t in d["tasks"]:
+        diffs = t.get("max_obs_diff_after_steps")
+        same = (f"observations differ by at most {_fmt(diffs['200'])} over 200 steps from the same state" if diffs
+                else t.get("equivalence", "-"))
+        lines.append(f"{t['task']} ({t['envpool_task']}): {same}; steps/s dm_control "
+                     f"{_fmt(t['dm_control_steps_per_s'])}, EnvPool 1 env {_fmt(t['envpool_1_env_steps_per_s'])}, "
+                     f"8 envs on 1 thread {_fmt(t['envpool_8_envs_1_thread_steps_per_s'])} (load average "
+                     f"{_fmt(d['load_average'][0])} when measured)")
+    return lines
+
+
 # bench module -> (result JSON, headline extractor). A bench without a result
 # yet is listed with "no result yet".
 BENCHES: Dict[str, tuple] = {
@@ -130,6 +143,7 @@ BENCHES: Dict[str, tuple] = {
     "learner_roofline": ("learner_roofline.json", _roofline),
     "replay_capacity": ("replay_capacity.json", _replay_capacity),
     "scaling": ("scaling.json", _scaling),
+    "envpool_eval": ("envpool_eval.json", _envpool),
 }
 
 
