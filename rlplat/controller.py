@@ -253,3 +253,11 @@ class StepProgram:
             self.evaluate(video=False)
         if self.saved_step != self._steps():
             self.checkpoint()
+
+    def run(self, num_steps: int, eval_every_steps: int = 0, checkpoint_every_steps: int = 0,
+            report_every_steps: int = 0) -> None:
+        """Runs to ``num_steps`` under the shared ``Controller``, then ``finish``."""
+        Controller(Schedule(max_steps=num_steps, eval_every_steps=eval_every_steps,
+                            checkpoint_every_steps=checkpoint_every_steps, report_every_steps=report_every_steps,
+                            budget_reason="max_steps")).run(self)
+        self.finish()

@@ -181,10 +181,7 @@ def run_offline(builder: core.OfflineBuilder,
         # and the checkpoint at the end.
         program = controller.StepProgram(steps=lambda: learner.num_steps, train=train, evaluate=evaluate,
                                          checkpoint=save, report=lambda *_: None, steps_per_loop=1)
-        schedule = controller.Schedule(max_steps=num_learner_steps, eval_every_steps=period if eval_episodes else 0,
-                                       budget_reason="max_steps")
-        controller.Controller(schedule).run(program)
-        program.finish()
+        program.run(num_learner_steps, eval_every_steps=period if eval_episodes else 0)
         metrics, returns, checkpoint = last["metrics"], last["returns"], last["checkpoint"]
         learn_s, eval_s = seconds["learn_s"], seconds["eval_s"]
         return {"learner_steps": learner.num_steps, "dataset_size": size, "metrics": metrics,

@@ -100,12 +100,8 @@ def train(config: GANConfig, num_replicas: Optional[int], logdir: str, resume: b
             holder["batches"] = repl.distribute(data.make_input_fn(config.global_batch_size, config.seed,
                                                                    start_step=start_step,
                                                                    held_out_fraction=config.held_out_fraction))
-            schedule = controller.Schedule(
-                max_steps=config.num_steps, eval_every_steps=config.sample_period,
-                checkpoint_every_steps=config.checkpoint_period, report_every_steps=config.log_period,
-                budget_reason="max_steps")
-            controller.Controller(schedule).run(run)
-            run.finish()
+            run.run(config.num_steps, eval_every_steps=config.sample_period,
+                    checkpoint_every_steps=config.checkpoint_period, report_every_steps=config.log_period)
         result = run.last_eval or initial or evaluate(learner, held_out_x, bandwidth)
     except KeyboardInterrupt:
         if learner.step != run.saved_step:

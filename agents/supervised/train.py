@@ -125,12 +125,8 @@ def train(config: SupervisedConfig, num_replicas: Optional[int], logdir: str,
             holder["batches"] = repl.distribute(data.make_input_fn(
                 config.global_batch_size, config.seed, start_step=start_step,
                 held_out_fraction=config.held_out_fraction))
-            schedule = controller.Schedule(
-                max_steps=config.num_steps, eval_every_steps=config.eval_period,
-                checkpoint_every_steps=config.checkpoint_period, report_every_steps=config.log_period,
-                budget_reason="max_steps")
-            controller.Controller(schedule).run(run)
-            run.finish()
+            run.run(config.num_steps, eval_every_steps=config.eval_period,
+                    checkpoint_every_steps=config.checkpoint_period, report_every_steps=config.log_period)
         held_out = run.last_eval or learner.evaluate()  # resumed a finished run: report it, train nothing
     except KeyboardInterrupt:
         if learner.step != run.saved_step:

@@ -127,7 +127,7 @@ class WorkerSet:
         # Named, so workers that Ray may restart find it by name rather than
         # through a handle argument (see RemoteVariableSource).
         if layout.num_learner_workers > 1:
-            self.learner = self._start_learner_group(replay_host)
+            self.learner = self._start_learner_group()
         else:
             learner_env = process.runtime_env("learner", cpu_only=not plan.learner_gpus,
                                               threads=plan.learner_threads[0])
@@ -212,7 +212,7 @@ class WorkerSet:
             self.console.message(f"placement: {line}")
         placement.update_run_info(self.experiment.logdir, {"node_placement": self.node_placement})
 
-    def _start_learner_group(self, replay_host: Optional[str]):
+    def _start_learner_group(self):
         """``--num-learner-workers W > 1``: a LearnerGroup actor named as the learner.
 
         The group (no TF, 0 CPUs, pinned next to the chief) starts W learner
@@ -221,7 +221,6 @@ class WorkerSet:
         (e.g. ``learner=1``) and, on a cluster, is pinned to the node the plan
         gave it: the chief (worker 0) to the replay server's node.
         """
-        del replay_host  # a group's replay always runs in its own process
         from rlplat.distributed import learner_group  # pylint: disable=g-import-not-at-top
 
         layout, plan = self.layout, self.plan

@@ -307,8 +307,7 @@ class _LocalRun:
             seconds=time.perf_counter() - self.started,
             details=dict(self.seconds, episode_returns=self.episode_returns, eval_returns=self.eval_returns,
                          physics_errors=self.physics_errors,
-                         target_samples_per_insert=self.samples_per_insert,
-                         wall_s=time.perf_counter() - self.started))
+                         target_samples_per_insert=self.samples_per_insert))
 
     def close(self) -> None:
         for adder in self.adders:

@@ -8,6 +8,7 @@ from dm_env import specs
 
 from rlplat_agents.d4pg.config import D4PGConfig
 from rlplat.replay.types import Transition
+from transition_batches import random_transitions
 from rlplat.specs import EnvironmentSpec
 
 OBS, ACT = 5, 2
@@ -29,13 +30,7 @@ def small_config(**changes) -> D4PGConfig:
 
 def random_batch(batch_size: int, seed: int = 0) -> Transition:
     """A GLOBAL batch of plausible n-step transitions (float32)."""
-    rng = np.random.default_rng(seed)
-    return Transition(
-        observation=rng.normal(size=(batch_size, OBS)).astype(np.float32),
-        action=rng.uniform(-1, 1, (batch_size, ACT)).astype(np.float32),
-        reward=rng.uniform(0, 2, batch_size).astype(np.float32),
-        discount=np.where(rng.uniform(size=batch_size) < 0.2, 0.0, 0.99 ** 5).astype(np.float32),
-        next_observation=rng.normal(size=(batch_size, OBS)).astype(np.float32))
+    return random_transitions(batch_size, OBS, ACT, end_probability=0.2, discount=0.99 ** 5, seed=seed)
 
 
 def batches_dataset(batches) -> tf.data.Dataset:

@@ -10,6 +10,7 @@ from rlplat_agents.ddpg.config import DDPGConfig
 from rlplat_agents.ddpg.learning import DDPGLearner
 from rlplat import replication
 from rlplat.replay.types import Transition
+from transition_batches import random_transitions
 from rlplat.specs import EnvironmentSpec
 
 OBS, ACT = 5, 2
@@ -32,13 +33,7 @@ def small_config(**changes) -> DDPGConfig:
 
 def random_batch(batch_size: int, seed: int = 0) -> Transition:
     """A GLOBAL batch of n-step transitions: discount gamma^n, or 0 where the episode ended inside the n steps."""
-    rng = np.random.default_rng(seed)
-    return Transition(
-        observation=rng.normal(size=(batch_size, OBS)).astype(np.float32),
-        action=rng.uniform(-1, 1, (batch_size, ACT)).astype(np.float32),
-        reward=rng.uniform(0, 2, batch_size).astype(np.float32),
-        discount=np.where(rng.uniform(size=batch_size) < 0.25, 0.0, GAMMA ** N_STEP).astype(np.float32),
-        next_observation=rng.normal(size=(batch_size, OBS)).astype(np.float32))
+    return random_transitions(batch_size, OBS, ACT, end_probability=0.25, discount=GAMMA ** N_STEP, seed=seed)
 
 
 def batches_dataset(batches) -> tf.data.Dataset:
