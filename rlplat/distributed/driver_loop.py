@@ -14,7 +14,7 @@ import math
 import os
 import threading
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import ray
 
@@ -77,6 +77,7 @@ class ControlLoop(ActorCare):
         self.loop_ended: Optional[float] = None
         self.last_learner_metrics: Dict[str, Any] = {}
         self.replay_stats: Dict[str, Any] = {}
+        self.replay_shard_stats: List[Dict[str, Any]] = []  # per shard, with --num-replay-shards > 1
         self.replay_probe_misses = 0  # the replay server did not answer, its process was alive
         self.next_status_publish = 0.0  # monotonic time of the next status_board snapshot
         self.status_publish_failed = False
@@ -316,18 +317,32 @@ class ControlLoop(ActorCare):
                                  "`rlplat status --logdir` still works")
 
     def _read_replay(self, timeout_s: float = 2.0) -> bool:
-        """Refreshes ``replay_stats`` from the server's table info; False if it did not answer."""
+        """Refreshes ``replay_stats`` from the servers' table infos; False if one did not answer.
+
+        With replay shards the counts are the sums over all of them (the run's
+        samples-per-insert), and ``replay_shards`` holds each shard's own.
+        """
         from rlplat.replay import errors as replay_errors  # pylint: disable=g-import-not-at-top
 
-        infos = replay_errors.probe_server(self.workers.replay_address, timeout_s)
-        if infos is None:
+        answers = replay_errors.probe_shards(self.workers.replay_address, timeout_s)
+        if answers is None:
             return False
-        size = sum(i.current_size for i in infos.values())
-        inserts = sum(i.rate_limiter_info.insert_stats.completed for i in infos.values())
-        samples = sum(i.rate_limiter_info.sample_stats.completed for i in infos.values())
+        per_shard = [{"replay_size": sum(i.current_size for i in infos.values()),
+                      "replay_inserts": sum(i.rate_limiter_info.insert_stats.completed for i in infos.values()),
+                      "replay_samples": sum(i.rate_limiter_info.sample_stats.completed for i in infos.values())}
+                     for infos in answers]
+        size, inserts, samples = (sum(shard[key] for shard in per_shard)
+                                  for key in ("replay_size", "replay_inserts", "replay_samples"))
         previous = self.replay_stats
         stats = {"replay_size": size, "replay_inserts": inserts, "replay_samples": samples,
                  "samples_per_insert": samples / inserts if inserts else math.nan}
+        if len(per_shard) > 1:  # each shard's own counts, as scalars for the logs and TensorBoard
+            for i, shard in enumerate(per_shard):
+                shard["samples_per_insert"] = (shard["replay_samples"] / shard["replay_inserts"]
+                                               if shard["replay_inserts"] else math.nan)
+                stats.update({f"replay_shard{i}_{key.replace('replay_', '')}": value
+                              for key, value in shard.items()})
+            self.replay_shard_stats = per_shard
         d_inserts = inserts - previous.get("replay_inserts", 0)
         d_samples = samples - previous.get("replay_samples", 0)
         stats["samples_per_insert_recent"] = d_samples / d_inserts if d_inserts > 0 else math.nan
@@ -362,17 +377,19 @@ class ControlLoop(ActorCare):
 
     def _replay_host_dead(self) -> bool:
         """True when Ray reports the process hosting the replay server dead."""
-        host = self.workers.learner if self.workers.colocate else self.workers.replay
-        if host is None:
-            return True
-        ref = host.__ray_ready__.remote()
-        ready, _ = self.calls.wait([ref], 1, 5.0)  # in slices: a signal is still acted on within 0.5 s
-        if not ready:
-            return False  # alive, or not known dead yet: the next check asks again
-        try:
-            ray.get(ref, timeout=self.layout.call_timeout_s)
-        except ray.exceptions.RayError:
-            return True
+        hosts = [self.workers.learner] if self.workers.colocate else (self.workers.replay_shards
+                                                                         or [self.workers.replay])
+        for host in hosts:
+            if host is None:
+                return True
+            ref = host.__ray_ready__.remote()
+            ready, _ = self.calls.wait([ref], 1, 5.0)  # in slices: a signal is still acted on within 0.5 s
+            if not ready:
+                continue  # alive, or not known dead yet: the next check asks again
+            try:
+                ray.get(ref, timeout=self.layout.call_timeout_s)
+            except ray.exceptions.RayError:
+                return True
         return False
 
     def _check_stalls(self, now: float) -> None:

@@ -34,6 +34,8 @@ def summarize(driver, seconds: float) -> RunResult:
         "actors": [s.describe() for s in workers.slots],
         "env_steps_per_second": env_rate, "learner_steps_per_second": learn_rate,
         "replay_size": loop.replay_stats.get("replay_size"),
+        "replay_address": workers.replay_address,
+        "replay_shards": list(loop.replay_shard_stats),
         "replay_restored_items": counts.replay_restored_items,
         "colocate_replay": workers.colocate if workers.plan is not None else None,
         "learner_workers": workers.learner_workers if workers.learner is not None else None,

@@ -76,6 +76,14 @@ class RayLayoutConfig:
       actor_cpus: CPUs per actor; None: the resource plan's split.
       learner_cpus: CPUs per learner worker (each of the W with
         ``num_learner_workers`` > 1); None: the resource plan's choice.
+      num_replay_shards: Reverb servers (``--num-replay-shards``), each in its
+        own process with the builder's tables; actor i writes to shard
+        ``i % S``, and every learner batch takes an equal share from each
+        (``rlplat.replay_shards``), so each shard's rate limiter holds the
+        samples-per-insert and the run's holds with them. S > 1 needs a
+        number of actors divisible by S, replay out of the learner process,
+        and no ``replay_checkpoint``. Shard 0 sits on the learner's node, the
+        others are spread over the cluster by Ray.
       replay_checkpoint: save replay (Reverb's tables: items, and each rate
         limiter's counts and settings) with every learner checkpoint, into
         ``<logdir>/replay_checkpoints/ckpt-<step>`` (``replay.checkpoints``), and
@@ -114,13 +122,15 @@ class RayLayoutConfig:
     learner_cpus: Optional[float] = None
     allow_unauthenticated_ray: bool = False
     replay_checkpoint: bool = False
+    num_replay_shards: int = 1
     debug_eager: bool = False
     envs_per_actor: int = 1
     shared_weights: bool = True
 
     def __post_init__(self):
         self._check_placement()
-        for name in ("actor_chunk_steps", "learner_chunk_steps", "num_learner_workers", "envs_per_actor"):
+        for name in ("actor_chunk_steps", "learner_chunk_steps", "num_learner_workers", "envs_per_actor",
+                     "num_replay_shards"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
         if self.actor_max_restarts < 0:
@@ -138,6 +148,10 @@ class RayLayoutConfig:
             value = getattr(self, f.name)
             if f.name.endswith("_s") and value is not None and not value > 0:
                 raise ValueError(f"{f.name} must be > 0 (got {getattr(self, f.name)})")
+        if self.num_replay_shards > 1 and (self.colocate_replay or self.replay_checkpoint):
+            flag = "colocate_replay=True" if self.colocate_replay else "--replay-checkpoint"
+            raise ValueError(f"--num-replay-shards {self.num_replay_shards} runs each shard in its own process "
+                             f"and does not checkpoint replay yet: drop {flag} or use one shard")
         if self.num_learner_workers > 1 and self.colocate_replay:
             raise ValueError(f"--num-learner-workers {self.num_learner_workers} needs replay in its own "
                              "process: drop colocate_replay=True or use one learner worker")

@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import ray
 
+from rlplat import replay_shards
 from rlplat.distributed import cluster
 from rlplat.distributed import placement
 from rlplat.distributed import process
@@ -59,7 +60,8 @@ class WorkerSet:
         self.plan: Optional[resources.ResourcePlan] = None
         self.num_replicas: Optional[int] = layout.num_learner_replicas
         self.colocate = False                      # replay inside the learner process
-        self.replay = None                         # its own ReplayServer, unless colocated
+        self.replay = None                         # its own ReplayServer (shard 0), unless colocated
+        self.replay_shards: List[Any] = []         # every ReplayServer, shard order
         self.replay_address: Optional[str] = None
         self.replay_restore: Optional[Dict[str, Any]] = None
         self.learner = None                        # LearnerWorker, or a LearnerGroup
@@ -105,24 +107,19 @@ class WorkerSet:
         self.colocate = self.connection.local if colocate is None else bool(colocate)
         if layout.num_learner_workers > 1:
             self.colocate = False  # A learner group samples over gRPC from one shared server.
-        self.console.message(f"placement: {plan.describe()}; replay "
-                             f"{'inside the learner' if self.colocate else 'in its own process'}")
+        if layout.num_replay_shards > 1:
+            self.colocate = False  # Every shard is a server process of its own.
+        shards = layout.num_replay_shards
+        where = ("inside the learner" if self.colocate else
+                 f"in {shards} shard processes" if shards > 1 else "in its own process")
+        self.console.message(f"placement: {plan.describe()}; replay {where}")
 
     def start(self) -> Dict[str, Any]:
         """Starts replay, learner, actors and evaluator; returns the learner's ``ready()`` answer."""
         exp, layout, plan = self.experiment, self.layout, self.plan
         replay_host = "127.0.0.1" if self.connection.local else None
         if not self.colocate:
-            self.replay = workers.remote(
-                workers.ReplayServer, num_cpus=plan.replay_cpus, max_restarts=0,
-                runtime_env=process.runtime_env("replay"), **placement.ray_options(plan, "replay"),
-            ).remote(exp.builder, self.spec, exp.num_actors, replay_host,
-                     checkpoint_logdir=exp.logdir if layout.replay_checkpoint else None,
-                     restore_step=self.restored_step)
-            self.replay_address = self.calls.get(self.replay.address.remote(), layout.startup_timeout_s,
-                                                 "replay server start")
-            self.replay_restore = self.calls.get(self.replay.restore_info.remote(), layout.call_timeout_s,
-                                                 "replay server")
+            self._start_replay(replay_host)
 
         # Named, so workers that Ray may restart find it by name rather than
         # through a handle argument (see RemoteVariableSource).
@@ -177,6 +174,30 @@ class WorkerSet:
         self._report_placement()
         return ready
 
+    def _start_replay(self, replay_host: Optional[str]) -> None:
+        """The replay server(s) of their own: one, or ``num_replay_shards`` (``rlplat.replay_shards``).
+
+        Each shard's tables are validated for the actors that write to it;
+        shard 0 is pinned where a single server would be (the learner's node),
+        the others are spread by Ray.
+        """
+        exp, layout, plan = self.experiment, self.layout, self.plan
+        num_shards = layout.num_replay_shards
+        for shard in range(num_shards):
+            options = placement.ray_options(plan, "replay") if shard == 0 else {"scheduling_strategy": "SPREAD"}
+            self.replay_shards.append(workers.remote(
+                workers.ReplayServer, num_cpus=plan.replay_cpus, max_restarts=0,
+                runtime_env=process.runtime_env("replay"), **options,
+            ).remote(exp.builder, self.spec, exp.num_actors // num_shards, replay_host,
+                     checkpoint_logdir=exp.logdir if layout.replay_checkpoint else None,
+                     restore_step=self.restored_step))
+        self.replay = self.replay_shards[0]
+        addresses = [self.calls.get(server.address.remote(), layout.startup_timeout_s, "replay server start")
+                     for server in self.replay_shards]
+        self.replay_address = replay_shards.join_addresses(addresses)
+        self.replay_restore = self.calls.get(self.replay.restore_info.remote(), layout.call_timeout_s,
+                                             "replay server")
+
     def spawn_actor(self, index: int, incarnation: int = 0):
         """A new ``ActorWorker`` for actor ``index``; ``incarnation`` > 0 replaces a failed one."""
         exp, layout = self.experiment, self.layout
@@ -198,6 +219,7 @@ class WorkerSet:
         """
         members = self._learner_group_members()
         named = [("learner group" if members else "learner", self.learner), ("replay", self.replay)]
+        named += [(f"replay shard {i}", handle) for i, handle in enumerate(self.replay_shards[1:], 1)]
         named += [(f"learner worker {i}", handle) for i, handle in enumerate(members)]
         named += [("evaluator", self.evaluator)] + [(f"actor {s.index}", s.handle) for s in self.slots]
         self.node_placement = placement.locate(named, self.nodes, self.layout.call_timeout_s,
@@ -276,5 +298,6 @@ class WorkerSet:
                 ray.get(self.learner.release_shared_weights.remote(), timeout=2.0)
             except Exception:  # pylint: disable=broad-except  (a learner group has none)
                 pass
-        for handle in [s.handle for s in self.slots] + [self.evaluator, self.learner, self.replay]:
+        servers = self.replay_shards or [self.replay]
+        for handle in [s.handle for s in self.slots] + [self.evaluator, self.learner, *servers]:
             kill_worker(handle)

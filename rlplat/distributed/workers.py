@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import ray
 
+from rlplat import replay_shards
 from rlplat.distributed import counters
 from rlplat.distributed import process
 from rlplat.distributed import seeding
@@ -190,7 +191,8 @@ class ActorWorker:
         it seeds the environment and the builder's actor.
       variable_source: the learner's Ray actor name (or handle), pulled
         through ``RemoteVariableSource`` with timeouts.
-      replay_address: ``host:port`` of the Reverb server, or None to ask the
+      replay_address: ``host:port`` of the Reverb server (with replay shards,
+        all of them joined by commas: this actor writes to its own), or None to ask the
         learner (which knows it, also when it hosts the server itself). Asking
         lets the driver start actors while the learner is still building, so
         their imports overlap with its start-up.
@@ -236,6 +238,9 @@ class ActorWorker:
                                             prefetch=prefetch_weights, shared=shared_weights)
         if replay_address is None:
             replay_address = self._source.call("replay_address")
+
+        # With replay shards every actor writes to one of them.
+        replay_address = replay_shards.address_for_actor(replay_address, self._index)
         self._adders = [builder.make_adder(replay_address, spec) for _ in seeds]
         actors = [builder.make_actor(spec, self._source, adder, self._index * k + j, s)
                   for j, (adder, s) in enumerate(zip(self._adders, seeds))]
@@ -411,10 +416,10 @@ class LearnerWorker:
         """Completed inserts of every table (None if the server did not answer)."""
         from rlplat.replay import errors as replay_errors  # pylint: disable=g-import-not-at-top
 
-        infos = replay_errors.probe_server(self._learner_address, 10.0)
-        if infos is None:
+        answers = replay_errors.probe_shards(self._learner_address, 10.0)
+        if answers is None:
             return None
-        return int(sum(i.rate_limiter_info.insert_stats.completed for i in infos.values()))
+        return int(sum(i.rate_limiter_info.insert_stats.completed for infos in answers for i in infos.values()))
 
     def _devices(self) -> List[str]:
         try:

@@ -22,6 +22,7 @@ import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from rlplat import replay_shards
 from rlplat.launch import common
 from rlplat.launch import preflight
 
@@ -69,6 +70,10 @@ def add_run_flags(parser: argparse.ArgumentParser, agent: str, default_env: str,
                         help="environments each actor process steps side by side, with one policy call "
                              "for all K (each has its own exploration and replay stream, like K separate "
                              "actors; feed-forward policies) (default: 1)")
+    parser.add_argument("--num-replay-shards", type=int, default=1, metavar="S",
+                        help="Reverb servers, each in its own process: actor i writes to shard i %% S and "
+                             "every learner batch takes an equal share from each, so samples-per-insert "
+                             "holds for the whole run; --num-actors must be a multiple of S (default: 1)")
     parser.add_argument("--debug-eager", action="store_true",
                         help="run each learner step eagerly on one device through the same step "
                              "function, so a breakpoint() in it stops there (attach with `ray debug`); "
@@ -112,6 +117,13 @@ def check_run_args(args: argparse.Namespace, agent: str) -> str:
     if args.envs_per_actor < 1:
         raise common.UsageError(f"--envs-per-actor must be >= 1 (got {args.envs_per_actor}); 1 steps one "
                                 "environment per actor")
+    try:
+        replay_shards.check_shards(args.num_actors, args.num_replay_shards)
+    except ValueError as e:
+        raise common.UsageError(str(e)) from None
+    if args.num_replay_shards > 1 and args.replay_checkpoint:
+        raise common.UsageError(f"--replay-checkpoint works with one replay server; drop it or "
+                                f"--num-replay-shards {args.num_replay_shards}")
     if args.video_every < 0:
         raise common.UsageError(f"--video-every must be >= 0 (got {args.video_every}); 0 records no video")
     if args.video_every and args.env.startswith("gym:"):
@@ -309,6 +321,7 @@ def layout_kwargs_from_args(args: argparse.Namespace) -> Dict[str, Any]:
                 replay_checkpoint=bool(args.replay_checkpoint),
                 debug_eager=args.debug_eager,
                 envs_per_actor=args.envs_per_actor,
+                num_replay_shards=args.num_replay_shards,
                 **common.placement_from_args(args))
 
 

@@ -25,6 +25,7 @@ import tensorflow as tf
 import tree
 
 from rlplat.replay import errors
+from rlplat import replay_shards as shards
 from rlplat.replay.packing import TransitionPacking
 from rlplat.replay.signature import as_transition
 
@@ -64,7 +65,9 @@ def make_transition_dataset(
     """Infinite dataset of ``batch_size`` transitions sampled from ``table``.
 
     Args:
-      server_address: ``host:port`` of the Reverb server.
+      server_address: ``host:port`` of the Reverb server, or several joined
+        by commas (replay shards, ``rlplat.replay_shards``): each batch then
+        takes an equal share from every shard, in shard order.
       table: Table to sample from.
       batch_size: Transitions per batch (per replica when used in an input_fn).
       signature: Table signature; None fetches it from the server.
@@ -95,6 +98,18 @@ def make_transition_dataset(
             f"rate_limiter_timeout_ms={rate_limiter_timeout_ms} must "
             f"be >= 0 so sampling cannot block forever"
         )
+    addresses = shards.split_addresses(server_address)
+    if len(addresses) > 1:
+        if keep_info:
+            raise ValueError("keep_info (sample keys for priority updates) needs one replay server; "
+                             f"{server_address!r} names {len(addresses)} shards")
+        sizes = shards.shard_batch_sizes(batch_size, len(addresses))
+        parts = [make_transition_dataset(
+            address, table, size, signature=signature, rate_limiter_timeout_ms=rate_limiter_timeout_ms,
+            max_in_flight_samples_per_worker=max_in_flight_samples_per_worker,
+            num_workers_per_iterator=num_workers_per_iterator, prefetch=prefetch,
+            connect_timeout_s=connect_timeout_s, packing=packing) for address, size in zip(addresses, sizes)]
+        return shards.zip_shards(parts, _concat_batches)
     # Probe even when the signature is given: a dataset pointed at a dead
     # server would otherwise hang on its first batch, ignoring every timeout.
     if packing is not None:
@@ -125,6 +140,11 @@ def make_transition_dataset(
     if not keep_info:
         dataset = dataset.map(lambda sample: sample.data)
     return dataset.prefetch(prefetch)
+
+
+def _concat_batches(batches):
+    """One batch from the shards' batches: every leaf joined along the batch axis."""
+    return tree.map_structure(lambda *leaves: tf.concat(leaves, axis=0), *batches)
 
 
 def make_input_fn(

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional
+from typing import Dict, List, Optional
 
 import reverb
 from reverb import reverb_types
+
+from rlplat import replay_shards as shards
 
 
 class ReplayTimeoutError(TimeoutError):
@@ -25,6 +27,17 @@ def probe_server(address: str, timeout_s: float) -> Optional[Dict[str, reverb_ty
         return reverb.Client(address).server_info(timeout=timeout)
     except (reverb.errors.DeadlineExceededError, RuntimeError):
         return None
+
+
+def probe_shards(address: str, timeout_s: float) -> Optional[List[Dict[str, reverb_types.TableInfo]]]:
+    """Each server's table infos, in the order ``address`` names them; None if any did not answer."""
+    answers = []
+    for shard in shards.split_addresses(address):
+        infos = probe_server(shard, timeout_s)
+        if infos is None:
+            return None
+        answers.append(infos)
+    return answers
 
 
 def server_unreachable(address: str, timeout_s: float) -> ReplayTimeoutError:
@@ -75,7 +88,10 @@ def insert_timeout(address: str, table: str, timeout_s: float) -> Exception:
 
 
 def sample_timeout(address: str, table: str, timeout_s: float) -> Exception:
-    """Explains why sampling produced no full batch in time."""
+    """Explains why sampling produced no full batch in time (``address`` may name shards)."""
+    addresses = shards.split_addresses(address)
+    if len(addresses) > 1:
+        return _shards_sample_timeout(addresses, table, timeout_s)
     infos = probe_server(address, 1.0)
     if infos is None:
         return server_unreachable(address, timeout_s)
@@ -93,4 +109,22 @@ def _missing_table(address: str, table: str, infos) -> ValueError:
     return ValueError(
         f"replay server at {address} has no table {table!r} "
         f"(tables: {', '.join(sorted(infos))}); fix the table name"
+    )
+
+
+def _shards_sample_timeout(addresses, table: str, timeout_s: float) -> Exception:
+    """The sharded case: a dead shard is named; else every shard's limiter state."""
+    states = []
+    for address in addresses:
+        infos = probe_server(address, 1.0)
+        if infos is None:
+            return server_unreachable(address, timeout_s)
+        if table not in infos:
+            return _missing_table(address, table, infos)
+        states.append(f"{address}: {_limiter_state(infos[table])}")
+    return ReplayTimeoutError(
+        f"replay table {table!r} gave no full batch within {timeout_s:g}s from its "
+        f"{len(addresses)} shards ({'; '.join(states)}): a rate limiter is blocking samples; "
+        f"are the actors of every shard inserting? (start actors, lower min_replay_size, "
+        f"or raise rate_limiter_timeout_ms)"
     )

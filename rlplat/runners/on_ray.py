@@ -59,6 +59,7 @@ import os
 import threading
 from typing import Optional
 
+from rlplat import replay_shards
 from rlplat.distributed import counters
 from rlplat.distributed.layout_config import RayLayoutConfig
 from rlplat.experiment import Experiment, RunResult
@@ -97,6 +98,7 @@ def run_on_ray(experiment: Experiment, layout: Optional[RayLayoutConfig] = None,
         lower = max(workers, batch - batch % workers)
         raise ValueError(f"--global-batch-size {batch} does not split over --num-learner-workers "
                          f"{workers}; use a multiple of {workers} such as {lower}")
+    replay_shards.check_shards(experiment.num_actors, layout.num_replay_shards)
     if stop_event is not None and not callable(getattr(stop_event, "is_set", None)):
         raise ValueError(f"stop_event must be a threading.Event (got {type(stop_event).__name__})")
     logdir = experiment.logdir or os.path.join("runs", f"ray-{datetime.datetime.now():%Y%m%d-%H%M%S}")

@@ -14,15 +14,17 @@ import threading
 from typing import Any
 
 from rlplat.replay import errors as replay_errors
+from rlplat import replay_shards as shards
 
 
 def check_replay_server(address: str, timeout_s: float) -> None:
-    """Raises ReplayTimeoutError (one line, with the fix) if ``address`` is gone."""
-    if replay_errors.probe_server(address, min(timeout_s, 10.0)) is None:
-        raise replay_errors.ReplayTimeoutError(
-            f"learner step did not return within {timeout_s:g}s and the replay server at "
-            f"{address} does not answer; it has died or is unreachable (restart the run; "
-            f"check the replay process/node)")
+    """Raises ReplayTimeoutError (one line, with the fix) if ``address`` (or one of its shards) is gone."""
+    for shard in shards.split_addresses(address):
+        if replay_errors.probe_server(shard, min(timeout_s, 10.0)) is None:
+            raise replay_errors.ReplayTimeoutError(
+                f"learner step did not return within {timeout_s:g}s and the replay server at "
+                f"{shard} does not answer; it has died or is unreachable (restart the run; "
+                f"check the replay process/node)")
 
 
 class CallRunner:

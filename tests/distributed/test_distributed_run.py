@@ -561,3 +561,34 @@ def test_environment_faults_end_episodes_are_counted_and_logged_and_the_run_goes
         text = events[0]["traceback"]
         assert text.startswith("environment step raised ValueError") and "Traceback" in text
         assert "shape" in text
+
+
+def test_two_replay_shards_split_the_actors_and_keep_samples_per_insert_over_both(ray_session, tmp_path):
+    """--num-replay-shards 2: two real servers, one actor each, equal sampling, the ratio held overall."""
+    del ray_session
+    from rlplat import replay_rules
+
+    num_shards, actor_steps = 2, 3000
+    summary = runners.run_on_ray(runners.Experiment(
+        BUILDER, ENV, num_actors=2, max_actor_steps=actor_steps, logdir=str(tmp_path / "run"), seed=SEED,
+        **SCHEDULE), dataclasses.replace(LAYOUT, num_replay_shards=num_shards))
+    addresses = summary.details["replay_address"].split(",")
+    shards = summary.details["replay_shards"]
+    assert len(set(addresses)) == num_shards and len(shards) == num_shards, summary.details
+    assert summary.learner_steps > 0 and summary.actor_steps >= actor_steps
+    inserts = [s["replay_inserts"] for s in shards]
+    samples = [s["replay_samples"] for s in shards]
+    # Actor i wrote to shard i % 2 only: each shard holds one actor's share.
+    assert min(inserts) >= 0.3 * sum(inserts), inserts
+    # Every batch takes half from each shard; only the samples in flight may differ.
+    batch = SMALL.global_batch_size
+    assert min(samples) > 0 and abs(samples[0] - samples[1]) <= 8 * batch, samples
+    # Globally: each shard's limiter keeps |samples - spi * (inserts - min_size)| within
+    # its error buffer (+ one insert's worth), so the sums stay within S times that.
+    spi, min_size = SMALL.samples_per_insert, SMALL.min_replay_size
+    error_buffer = replay_rules.default_error_buffer(spi, min_size, batch, 1)
+    slack = num_shards * (error_buffer + spi)
+    assert abs(sum(samples) - spi * (sum(inserts) - num_shards * min_size)) <= slack, (inserts, samples)
+    assert summary.samples_per_insert == pytest.approx(sum(samples) / sum(inserts))
+    print(f"shards {addresses}: inserts {inserts}, samples {samples}, run SPI {summary.samples_per_insert:.2f} "
+          f"(limiter {spi:g}, bound +-{slack:.0f} samples)")
