@@ -95,14 +95,23 @@ def _roofline(d: Dict[str, Any]) -> List[str]:
     return lines
 
 
-def _replay_capacity(d: Dict[str, Any]) -> List[str]:
-    c = d["capacity"]
-    return [f"server CPU {_fmt(c['server_cpu_us_per_insert'])} us per insert, "
-            f"{_fmt(c['server_cpu_us_per_sampled_item'])} us per sampled item",
-            f"one server core: {_fmt(c['inserts_per_s_per_server_core_no_sampling'])} inserts/s alone, "
+def _capacity_lines(c: Dict[str, Any]) -> List[str]:
+    agent = c.get("agent", "d4pg")
+    return [f"{agent}: server CPU {_fmt(c['server_cpu_us_per_insert'])} us per item written, "
+            f"{_fmt(c['server_cpu_us_per_sampled_item'])} us per item sampled",
+            f"{agent}: one server core: {_fmt(c['inserts_per_s_per_server_core_no_sampling'])} items/s alone, "
             f"{_fmt(c['inserts_per_s_per_server_core'])} at samples-per-insert {_fmt(c['samples_per_insert'])} "
-            f"= {_fmt(c['d4pg_actors_per_server_core'])} D4PG actors at "
-            f"{_fmt(c['d4pg_actor_env_steps_per_s'])} env steps/s each"]
+            f"= {_fmt(c[f'{agent}_actors_per_server_core'])} {agent.upper()} actors at "
+            f"{_fmt(c[f'{agent}_actor_env_steps_per_s'])} env steps/s each"]
+
+
+def _replay_capacity(d: Dict[str, Any]) -> List[str]:
+    lines = _capacity_lines(d["capacity"])
+    impala = os.path.join(RESULTS, "replay_capacity_impala.json")  # `--agent impala`
+    if os.path.exists(impala):
+        with open(impala, encoding="utf-8") as f:
+            lines += _capacity_lines(json.load(f)["capacity"])
+    return lines
 
 
 def _scaling(d: Dict[str, Any]) -> List[str]:

@@ -67,6 +67,13 @@ def test_replay_capacity_model_from_per_item_costs():
     assert cap["server_cpu_us_per_insert_with_its_samples"] == pytest.approx(25.0 + 64.0)
     assert cap["inserts_per_s_per_server_core"] == pytest.approx(1e6 / 89.0)
     assert cap["d4pg_actors_per_server_core"] == pytest.approx(1e6 / 89.0 / 1000.0)
+    # IMPALA: an item is an unroll of 100 env steps, sampled once; 150 us to write, 20 to sample.
+    unrolls = [{"achieved_fraction": 1.0, "server_cpu_s": 0.15, "inserted": 1000}]
+    cap = replay_capacity.capacity(unrolls, {"server_cpu_s": 0.02, "sampled": 1000}, 1.0, 30_000.0,
+                                   env_steps_per_insert=100.0, agent="impala")
+    assert cap["inserts_per_s_per_server_core"] == pytest.approx(1e6 / 170.0)
+    assert cap["env_steps_per_s_per_server_core"] == pytest.approx(1e8 / 170.0)
+    assert cap["impala_actors_per_server_core"] == pytest.approx(1e8 / 170.0 / 30_000.0)
 
 
 def test_pull_rate_variants_name_period_mode_and_transport():
