@@ -149,6 +149,7 @@ def read_status(logdir: str, now: Optional[float] = None) -> Dict[str, Any]:
         "replay_size": last_learner.get("replay_size"),
         "samples_per_insert": last_learner.get("samples_per_insert"),
         "samples_per_insert_target": config.get("agent", {}).get("samples_per_insert"),
+        "replay_shards": _replay_shards(last_learner),
         "policy_lag": last_learner.get("policy_lag"),
         "learner_input_wait_fraction": last_learner.get("learner_input_wait_fraction"),
         "actor_restarts": last_learner.get("actor_restarts"),
@@ -208,6 +209,10 @@ def format_status(status: Dict[str, Any]) -> List[str]:
     lines.append(f"replay   {_num(status['replay_size'])} items, samples per insert {spi}; "
                  f"policy lag {_num(status['policy_lag'], ',.0f')} learner steps; "
                  f"actor restarts {_num(status['actor_restarts'])}")
+    if status.get("replay_shards"):
+        lines.append("shards   " + "; ".join(
+            f"{i}: {_num(shard['size'])} items, samples per insert {_num(shard['samples_per_insert'], '.1f')}"
+            for i, shard in enumerate(status["replay_shards"])))
     wait = status.get("learner_input_wait_fraction")
     if wait is not None:
         side = "actors/replay set the pace" if wait > 0.5 else "its own compute sets the pace"
@@ -230,3 +235,13 @@ def format_status(status: Dict[str, Any]) -> List[str]:
         lines.append(f"event    {event['event']}" + (f" (actor {event['actor_index']})"
                                                       if event.get("actor_index") is not None else ""))
     return lines
+
+
+def _replay_shards(record: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """Each replay shard's counts from a learner record (``--num-replay-shards`` > 1); [] otherwise."""
+    shards = []
+    while f"replay_shard{len(shards)}_inserts" in record:
+        prefix = f"replay_shard{len(shards)}_"
+        shards.append({key: record.get(prefix + key) for key in ("size", "inserts", "samples",
+                                                                 "samples_per_insert")})
+    return shards

@@ -73,6 +73,24 @@ def test_status_reads_the_records_of_a_live_run(tmp_path):
         assert fragment in text, (fragment, text)
 
 
+def test_a_sharded_run_shows_each_shards_size_and_ratio(tmp_path):
+    logdir = str(tmp_path / "run")
+    _make_run(logdir)
+    assert run_status.read_status(logdir)["replay_shards"] == []  # one server: no shard line
+    learner = loggers.MetricsLogger(logdir, "learner", tensorboard=False)
+    learner.write(400, {"actor_steps": 4000, "replay_size": 4000, "samples_per_insert": 31.0,
+                        "replay_shard0_size": 2100, "replay_shard0_inserts": 2100, "replay_shard0_samples": 65100,
+                        "replay_shard0_samples_per_insert": 31.0, "replay_shard1_size": 1900,
+                        "replay_shard1_inserts": 1900, "replay_shard1_samples": 59280,
+                        "replay_shard1_samples_per_insert": 31.2})
+    learner.close()
+    status = run_status.read_status(logdir)
+    assert [s["size"] for s in status["replay_shards"]] == [2100, 1900]
+    text = "\n".join(run_status.format_status(status))
+    assert ("shards   0: 2,100 items, samples per insert 31.0; 1: 1,900 items, samples per insert 31.2"
+            in text), text
+
+
 def test_actor_steps_are_the_newest_count_of_actor_and_learner_records(tmp_path):
     """A chunk's actor record can be newer than the periodic learner record (the CI race of the
     signal test: status said 0 env steps while an actor record said 1000)."""
