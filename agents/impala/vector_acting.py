@@ -100,7 +100,8 @@ class IMPALAVectorActor(core.WeightPuller):
         log_std = networks.squash_log_std(out[:, size:], *self._log_std_bounds).astype(np.float32)
         noise = draws.astype(np.float32)
         sample = (mean + np.exp(log_std) * noise).astype(np.float32)
-        log_prob = np.sum(-0.5 * noise * noise - log_std, axis=1) - 0.5 * _LOG_2PI * size
+        # Summed in float32, then float64 from the constant on: IMPALAActor's precision exactly.
+        log_prob = np.sum(-0.5 * noise * noise - log_std, axis=1).astype(np.float64) - 0.5 * _LOG_2PI * size
         if self._tanh:  # the Jacobian of tanh, as acting._tanh_log_det_jacobian per row
             u = sample.astype(np.float64)
             log_prob = log_prob - np.sum(2.0 * (np.log(2.0) - u - np.logaddexp(0.0, -2.0 * u)), axis=1)
