@@ -165,6 +165,7 @@ class VectorEnvironmentLoop:
         lengths: List[int] = []
         errors = {"physics": 0, "env": 0}
         tracebacks: List[str] = []
+        environments = self._environments
         start, steps = clock(), 0
         while steps < num_steps:
             m = min(k, num_steps - steps)
@@ -175,7 +176,12 @@ class VectorEnvironmentLoop:
             t0 = clock()
             actions = self._actor.select_actions(np.stack([loop.current_observation for loop in loops]))
             t1 = clock()
-            timesteps = [self._step_one(i, action, errors) for i, action in enumerate(actions)]
+            timesteps = []
+            for i, action in enumerate(actions):  # inline: this loop runs once per frame
+                try:
+                    timesteps.append(environments[i].step(action))
+                except Exception as e:  # pylint: disable=broad-except  (physics or other, as EnvironmentLoop)
+                    timesteps.append(self._failed_step(i, e, errors))
             t2 = clock()
             self._actor.observe(actions, timesteps)
             t3 = clock()
@@ -223,17 +229,15 @@ class VectorEnvironmentLoop:
             t["observe"] += clock() - t1
             loop.start_episode(timestep)
 
-    def _step_one(self, i: int, action: Any, errors: Dict[str, int]) -> dm_env.TimeStep:
-        """Environment ``i``'s next timestep; a failed step ends its episode (``broken_episode_end``)."""
+    def _failed_step(self, i: int, error: Exception, errors: Dict[str, int]) -> dm_env.TimeStep:
+        """Counts environment ``i``'s failed step and ends its episode (``broken_episode_end``)."""
         loop = self._loops[i]
-        try:
-            return self._environments[i].step(action)
-        except loop.physics_error_types:  # pylint: disable=catching-non-exception
+        if isinstance(error, loop.physics_error_types):
             errors["physics"] += 1
             loop.total_physics_errors += 1
-        except Exception as e:  # pylint: disable=broad-except
+        else:
             errors["env"] += 1
-            self._count_error(i, e, "step")
+            self._count_error(i, error, "step")
         return broken_episode_end(loop.current_timestep)
 
     def _count_error(self, i: int, error: Exception, where: str) -> None:
