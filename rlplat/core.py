@@ -150,6 +150,18 @@ class AgentBuilder(abc.ABC):
         replicator's scope; ``make_policy_network`` picks the acting one.
         """
 
+    def make_vector_actor(self, environment_spec: EnvironmentSpec, variable_source: VariableSource,
+                          replay_address: Optional[str], seeds: Sequence[int]) -> Optional[Any]:
+        """Optional: one ``rlplat.vector_loop.VectorActor`` for ``len(seeds)`` environments, or None.
+
+        It must act and record as ``make_actor``'s actors with these seeds
+        would, each environment its own replay stream (``replay_address``
+        None: record nothing). None (the default) makes the caller use one
+        ``make_actor`` actor and adder per environment.
+        """
+        del environment_spec, variable_source, replay_address, seeds
+        return None
+
     def make_policy_network(self, environment_spec: EnvironmentSpec) -> Tuple[Dict[str, Any], List[Any]]:
         """The acting network alone, built, for restoring a checkpoint's policy (``rlplat eval``).
 
@@ -202,13 +214,15 @@ class OfflineBuilder(abc.ABC):
 
 
 
-class PullingActor(Actor):
-    """An ``Actor`` that pulls its policy weights from a ``VariableSource``.
+class WeightPuller(abc.ABC):
+    """Pulls policy weights from a ``VariableSource`` and keeps their version.
 
     Weights are pulled before the first action (waiting, with a timeout, so no
     random policy ever acts) and then every ``variable_update_period``
-    observed steps. Subclasses call ``_count_step()`` in ``observe`` and
-    implement ``_load_policy``; the base keeps the version bookkeeping.
+    observed steps. Subclasses call ``_count_step()`` when they observe a step
+    and implement ``_load_policy``; the base keeps the version bookkeeping.
+    ``PullingActor`` is the usual user; actors for several environments at
+    once (``rlplat.vector_loop.VectorActor``) use it alone.
     """
 
     def __init__(self, variable_source: VariableSource, variable_update_period: int,
@@ -257,3 +271,10 @@ class PullingActor(Actor):
         if version != self._version:
             self._load_policy(arrays)
             self._version = int(version)
+
+
+class PullingActor(WeightPuller, Actor):
+    """An ``Actor`` that pulls its policy weights from a ``VariableSource`` (see ``WeightPuller``).
+
+    Subclasses call ``_count_step()`` in ``observe`` and implement ``_load_policy``.
+    """

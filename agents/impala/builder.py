@@ -9,7 +9,7 @@ growing. The builder holds only frozen values, so it pickles cheaply.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from rlplat_agents.impala.config import IMPALAConfig
 from rlplat import core
@@ -145,3 +145,16 @@ class IMPALABuilder(core.AgentBuilder):
                                   variable_update_period=self.config.variable_update_period,
                                   squash=self.config.squash,
                                   log_std_bounds=(self.config.min_log_std, self.config.max_log_std))
+
+    def make_vector_actor(self, environment_spec: EnvironmentSpec, variable_source: core.VariableSource,
+                          replay_address: Optional[str], seeds: Sequence[int]) -> Optional[Any]:
+        """One ``IMPALAVectorActor`` for ``len(seeds)`` environments (feed-forward cores; None for LSTM).
+
+        Each environment samples and records as ``make_actor``'s actor with
+        its seed would, through one ``BatchSequenceAdder`` stream of its own.
+        """
+        if self.config.core == "lstm":
+            return None  # Per-environment core states: one IMPALAActor each.
+        from rlplat_agents.impala import vector_acting  # pylint: disable=g-import-not-at-top
+
+        return vector_acting.make_vector_actor(self, environment_spec, variable_source, replay_address, seeds)

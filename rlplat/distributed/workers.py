@@ -209,7 +209,9 @@ class ActorWorker:
         call per step (``rlplat.vector_loop``). Environment j has its own
         actor object (exploration index ``actor_index * K + j``, seed
         ``seeding.actor_seed(seed, j)`` for j > 0) and its own adder stream;
-        the first pulls the weights for all.
+        the first pulls the weights for all. A builder with a
+        ``make_vector_actor`` gives one actor for all K instead, which acts
+        and records the same while batching the per-environment work.
 
     Weights are pulled in ``__init__`` (``actor.update(wait=True)``), so no
     step is ever taken with random or stale-from-before-restore weights.
@@ -238,13 +240,19 @@ class ActorWorker:
                                             prefetch=prefetch_weights, shared=shared_weights)
         if replay_address is None:
             replay_address = self._source.call("replay_address")
-
         # With replay shards every actor writes to one of them.
         replay_address = replay_shards.address_for_actor(replay_address, self._index)
-        self._adders = [builder.make_adder(replay_address, spec) for _ in seeds]
-        actors = [builder.make_actor(spec, self._source, adder, self._index * k + j, s)
-                  for j, (adder, s) in enumerate(zip(self._adders, seeds))]
-        self._actor = actors[0]
+        # An agent's own actor for K environments batches their per-environment
+        # work; without one, K actors (and adders) are driven side by side.
+        vector = builder.make_vector_actor(spec, self._source, replay_address, seeds) if k > 1 else None
+        if vector is not None:
+            self._adders, actors = [vector], vector  # closing it closes its adder
+            self._actor = vector
+        else:
+            self._adders = [builder.make_adder(replay_address, spec) for _ in seeds]
+            actors = [builder.make_actor(spec, self._source, adder, self._index * k + j, s)
+                      for j, (adder, s) in enumerate(zip(self._adders, seeds))]
+            self._actor = actors[0]
         self._actor.update(wait=True)
         if k == 1:
             self._loop = _make_loop(self._environments[0], self._actor)

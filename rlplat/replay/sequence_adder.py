@@ -55,6 +55,7 @@ from rlplat.replay.sequence_signature import (
     unroll_length_of,
 )
 from rlplat.replay.signature import check_against_signature
+from rlplat.replay.unroll_writer import UnrollWriter, queue_insert_timeout  # noqa: F401  (re-exported)
 
 
 def _to_f32(value: Any) -> Any:
@@ -63,21 +64,38 @@ def _to_f32(value: Any) -> Any:
     return tree.map_structure(lambda v: np.array(v, np.float32), value)
 
 
-def queue_insert_timeout(address: str, table: str, timeout_s: float) -> Exception:
-    """Explains an insert that timed out; a full queue gets its own message."""
-    infos = errors.probe_server(address, 1.0)
-    if infos is None:
-        return errors.server_unreachable(address, timeout_s)
-    info = infos.get(table)
-    if info is None or info.current_size < info.max_size:
-        return errors.insert_timeout(address, table, timeout_s)
-    return errors.ReplayTimeoutError(
-        f"replay queue {table!r} at {address} is full ({info.current_size}/"
-        f"{info.max_size} unrolls) and took no new unroll within {timeout_s:g}s: "
-        f"the learner is not consuming; is it running? (waiting is normal "
-        f"back-pressure; raise the adder's insert_timeout_s if the learner "
-        f"pauses for longer)"
-    )
+def step_spec_of_table(client: reverb.Client, table: str, unroll_length: int, signature: Optional[Any],
+                       connect_timeout_s: float) -> SequenceStep:
+    """The spec of ONE step of ``table``'s unrolls, after checking it holds unrolls of ``unroll_length``.
+
+    ``signature`` None fetches the table's (which also checks the server is reachable).
+    """
+    info = errors.table_info(client.server_address, table, connect_timeout_s)
+    signature = as_sequence_step(info.signature if signature is None else signature)
+    if not isinstance(signature, SequenceStep):
+        raise ValueError(
+            f"replay table {table!r} has no sequence signature; create it with "
+            f"sequence_signature(obs_spec, action_spec, extras_spec, {unroll_length})"
+        )
+    if unroll_length_of(signature) != unroll_length:
+        raise ValueError(
+            f"unroll_length={unroll_length} but table {table!r} holds unrolls of "
+            f"{unroll_length_of(signature)}; use the same unroll_length for both"
+        )
+    return step_signature(signature)
+
+
+def check_first_step(step_spec: SequenceStep, table: str, observation: Any, action: Any, reward: Any,
+                     discount: Any, extras: Any, behaviour_log_prob: Any) -> None:
+    """Checks one step's values against the table's step spec (one-line error)."""
+    for name, value in (("reward", reward), ("discount", discount),
+                        ("behaviour_log_prob", behaviour_log_prob)):
+        if value is None or np.shape(value) != ():
+            shape = None if value is None else np.shape(value)
+            raise ValueError(f"replay field {name!r}: got {shape}, expected a scalar")
+    sample = SequenceStep(observation, action, np.float32(0), np.float32(0), extras, np.float32(0),
+                          np.int64(0), np.float32(1))
+    check_against_signature(sample, step_spec, table)
 
 
 def _flat_keys(observation: Any, action: Any, extras: Any) -> Optional[List[str]]:
@@ -132,35 +150,15 @@ class SequenceAdder(closing.ClosesOnExit):
             raise ValueError(f"unroll_length={unroll_length} must be >= 1")
         if max_in_flight_items < 0:
             raise ValueError(f"max_in_flight_items={max_in_flight_items} must be >= 0")
-        self._address = client.server_address
-        info = errors.table_info(self._address, table, connect_timeout_s)
-        signature = as_sequence_step(info.signature if signature is None else signature)
-        if not isinstance(signature, SequenceStep):
-            raise ValueError(
-                f"replay table {table!r} has no sequence signature; create it with "
-                f"sequence_signature(obs_spec, action_spec, extras_spec, {unroll_length})"
-            )
-        if unroll_length_of(signature) != unroll_length:
-            raise ValueError(
-                f"unroll_length={unroll_length} but table {table!r} holds unrolls of "
-                f"{unroll_length_of(signature)}; use the same unroll_length for both"
-            )
         self._table = table
         self._n = unroll_length + 1  # Steps per item.
-        self._priority = float(priority)
         self._max_in_flight = max_in_flight_items
-        self._timeout_s = insert_timeout_s
-        self._timeout_ms = int(insert_timeout_s * 1000)
-        self._step_spec = step_signature(signature)
+        self._step_spec = step_spec_of_table(client, table, unroll_length, signature, connect_timeout_s)
         leaves = tree.flatten(self._step_spec)
         self._zeros = [np.zeros(s.shape, s.dtype.as_numpy_dtype) for s in leaves]
         self._num_obs = len(tree.flatten(self._step_spec.observation))
-
-        self._writer = client.trajectory_writer(num_keep_alive_refs=1, validate_items=False)
-        for i in range(len(leaves)):
-            # Each append is a whole unroll: its own chunk, referenced by one item.
-            self._writer.configure((i,), num_keep_alive_refs=1, max_chunk_length=1)
-        self._cpp = None  # Direct C++ writer, set after the first append.
+        self._writer = UnrollWriter(client, table, len(leaves), priority=priority,
+                                    insert_timeout_s=insert_timeout_s)
         self._rows = 0  # Steps of the unroll in progress (rows filled in the buffers).
         self._buffers = self._new_buffers()
         self._obs: Any = None  # o_k (float32 copy), awaiting its action.
@@ -228,7 +226,7 @@ class SequenceAdder(closing.ClosesOnExit):
 
     def flush(self) -> None:
         """Blocks until every created item is confirmed by the server."""
-        self._call(self._writer.flush, 0, timeout_ms=self._timeout_ms)
+        self._writer.flush(0)
 
     def close(self) -> None:
         """Flushes written items and closes the writer (idempotent).
@@ -264,45 +262,16 @@ class SequenceAdder(closing.ClosesOnExit):
     def _write_item(self) -> None:
         """One append of the whole unroll, one item over it, one flush."""
         unroll, self._buffers, self._rows = self._buffers, self._new_buffers(), 0
-        if self._cpp is not None:
-            refs = self._cpp.Append(unroll)
-            self._cpp.CreateItem(self._table, self._priority, [[ref] for ref in refs], [True] * len(refs))
-        else:  # First item: the public API creates the configured columns.
-            self._writer.append(unroll)
-            # A single index: a squeezed column, so the item's fields are [T+1, ...].
-            self._writer.create_item(self._table, self._priority, [column[-1] for column in self._writer.history])
-            # From now on talk to the C++ writer directly, as NStepTransitionAdder
-            # does: the wrapper's per-step bookkeeping buys nothing for flat steps.
-            cpp = getattr(self._writer, "_writer", None)
-            if hasattr(cpp, "Append") and hasattr(cpp, "CreateItem"):
-                self._cpp = cpp
+        self._writer.write(unroll)
         self.num_items += 1
-        self._call(self._writer.flush, self._max_in_flight, timeout_ms=self._timeout_ms)
+        self._writer.flush(self._max_in_flight)
 
     def _end_episode(self) -> None:
         if self._rows:
             self._buffers, self._rows = self._new_buffers(), 0
-        self._call(self._writer.end_episode, True, timeout_ms=self._timeout_ms)
-
-    def _call(self, fn, *args, **kwargs) -> None:
-        try:
-            fn(*args, **kwargs)
-        except reverb.errors.DeadlineExceededError as e:
-            raise queue_insert_timeout(self._address, self._table, self._timeout_s) from e
+        self._writer.end_episode()
 
     def _check_first_step(self, action, timestep, extras, behaviour_log_prob) -> None:
-        """Checks the first step against the table signature (one-line error)."""
-        for name, value in (
-            ("reward", timestep.reward),
-            ("discount", timestep.discount),
-            ("behaviour_log_prob", behaviour_log_prob),
-        ):
-            if value is None or np.shape(value) != ():
-                shape = None if value is None else np.shape(value)
-                raise ValueError(f"replay field {name!r}: got {shape}, expected a scalar")
-        sample = SequenceStep(
-            self._obs, action, np.float32(0), np.float32(0), extras, np.float32(0), np.int64(0),
-            np.float32(1),
-        )
-        check_against_signature(sample, self._step_spec, self._table)
+        check_first_step(self._step_spec, self._table, self._obs, action, timestep.reward,
+                         timestep.discount, extras, behaviour_log_prob)
         self._checked = True
