@@ -592,3 +592,29 @@ def test_two_replay_shards_split_the_actors_and_keep_samples_per_insert_over_bot
     assert summary.samples_per_insert == pytest.approx(sum(samples) / sum(inserts))
     print(f"shards {addresses}: inserts {inserts}, samples {samples}, run SPI {summary.samples_per_insert:.2f} "
           f"(limiter {spi:g}, bound +-{slack:.0f} samples)")
+
+
+def test_impala_vector_actors_on_two_shards_write_every_environments_frames(ray_session, tmp_path):
+    """--envs-per-actor 4 through ActorWorker (IMPALA's vector actor), 2 actors on 2 replay shards."""
+    del ray_session
+    from rlplat_agents.impala.builder import IMPALABuilder
+    from rlplat_agents.impala.config import IMPALAConfig
+
+    unroll, envs, frames = 10, 4, 8000
+    builder = IMPALABuilder(config=IMPALAConfig(layer_sizes=(16,), global_batch_size=4, unroll_length=unroll))
+    summary = runners.run_on_ray(runners.Experiment(
+        builder, "gym:CartPole-v1", num_actors=2, max_actor_steps=frames, logdir=str(tmp_path / "run"), seed=SEED,
+        **SCHEDULE), dataclasses.replace(LAYOUT, num_replay_shards=2, envs_per_actor=envs))
+    shards = summary.details["replay_shards"]
+    inserts = [s["replay_inserts"] for s in shards]
+    assert summary.actor_steps >= frames and summary.learner_steps > 0, summary
+    # Every frame of every environment is in some unroll of T frames: at least frames / T
+    # unrolls (more where episodes end mid-unroll); dropping 3 of 4 environments would
+    # leave about a quarter of that.
+    assert sum(inserts) >= summary.actor_steps / unroll, (inserts, summary.actor_steps)
+    assert min(inserts) >= 0.3 * sum(inserts), inserts  # each actor's stream went to its own shard
+    # A queue hands each unroll out once: the learner took what the actors wrote, no more.
+    assert all(0 < s["replay_samples"] <= s["replay_inserts"] for s in shards), shards
+    assert summary.episodes >= summary.actor_steps / 500, summary.episodes  # CartPole ends by 500 frames
+    print(f"IMPALA x{envs} envs per actor: {summary.actor_steps} frames, {summary.episodes} episodes, "
+          f"unrolls per shard {inserts}, sampled {[s['replay_samples'] for s in shards]}")
