@@ -9,6 +9,7 @@ has acted, so its length follows the machine's speed instead of racing it.
 
 import dataclasses
 import glob
+import inspect
 import json
 import os
 import shutil
@@ -30,6 +31,7 @@ from rlplat.distributed import counters
 from rlplat import runners
 from rlplat.distributed import errors
 from rlplat.distributed import seeding
+from rlplat.replay.adders import NStepTransitionAdder
 from rlplat.utils import loggers
 
 pytestmark = pytest.mark.multiprocess
@@ -37,6 +39,7 @@ pytestmark = pytest.mark.multiprocess
 ENV = "cartpole:swingup"
 SEED = 11
 FIRST_STEPS = 3000
+MAX_PENDING_ITEMS = inspect.signature(NStepTransitionAdder).parameters["max_pending_items"].default
 SMALL = D4PGConfig(policy_layer_sizes=(32, 32), critic_layer_sizes=(32, 32), num_atoms=11,
                    global_batch_size=32, min_replay_size=200, samples_per_insert=8.0,
                    max_replay_size=100_000, variable_update_period=100)
@@ -564,22 +567,28 @@ def test_environment_faults_end_episodes_are_counted_and_logged_and_the_run_goes
 
 
 def test_two_replay_shards_split_the_actors_and_keep_samples_per_insert_over_both(ray_session, tmp_path):
-    """--num-replay-shards 2: two real servers, one actor each, equal sampling, the ratio held overall."""
+    """--num-replay-shards 2: two real servers, one actor (of 2 environments) each, equal sampling, the ratio
+    held overall."""
     del ray_session
     from rlplat import replay_rules
 
     num_shards, actor_steps = 2, 3000
     summary = runners.run_on_ray(runners.Experiment(
         BUILDER, ENV, num_actors=2, max_actor_steps=actor_steps, logdir=str(tmp_path / "run"), seed=SEED,
-        **SCHEDULE), dataclasses.replace(LAYOUT, num_replay_shards=num_shards))
+        **SCHEDULE), dataclasses.replace(LAYOUT, num_replay_shards=num_shards, envs_per_actor=2))
     addresses = summary.details["replay_address"].split(",")
     shards = summary.details["replay_shards"]
     assert len(set(addresses)) == num_shards and len(shards) == num_shards, summary.details
     assert summary.learner_steps > 0 and summary.actor_steps >= actor_steps
     inserts = [s["replay_inserts"] for s in shards]
     samples = [s["replay_samples"] for s in shards]
-    # Actor i wrote to shard i % 2 only: each shard holds one actor's share.
+    # Actor i wrote to shard i % 2 only: each shard holds one actor's share. Each of the
+    # 4 environments is a stream of its own: one n-step transition per env step, but for
+    # the n - 1 steps each stream still holds and the items its writer had not yet
+    # confirmed (at most max_pending_items) when the actors were stopped.
     assert min(inserts) >= 0.3 * sum(inserts), inserts
+    unwritten = 4 * (SMALL.n_step - 1 + MAX_PENDING_ITEMS)
+    assert sum(inserts) >= summary.actor_steps - unwritten, (inserts, summary.actor_steps)
     # Every batch takes half from each shard; only the samples in flight may differ.
     batch = SMALL.global_batch_size
     assert min(samples) > 0 and abs(samples[0] - samples[1]) <= 8 * batch, samples
