@@ -37,7 +37,7 @@ import multiprocessing as mp
 import os
 import sys
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -263,26 +263,31 @@ def capacity(inserts: List[Dict[str, Any]], sample_only: Dict[str, Any], samples
             f"{agent}_actors_per_server_core": actors}
 
 
-def _actor_rate(agent: str) -> float:
+def _actor_rate(agent: str) -> Tuple[float, str]:
     """One actor's env steps per CPU-second (its own core), from the throughput bench's JSON.
 
-    D4PG: ``d4pg_throughput.json``; IMPALA: the vectorised actor's
-    ``impala_throughput_actor_envs8.json`` (what a scaled-out run would use),
-    else ``impala_throughput.json``. Fallbacks when none was run: 5,000 / 25,000.
+    D4PG: ``d4pg_throughput.json``; IMPALA: the vectorised actor with the
+    most environments per actor that was measured
+    (``impala_throughput_actor_envs<K>.json``, what a scaled-out run would
+    use), else ``impala_throughput.json``. Fallbacks when none was run:
+    5,000 / 25,000.
     """
     results = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
     if agent == "d4pg":
         sources = [("d4pg_throughput.json", "actor_steps_per_cpu_s")]
     else:
-        sources = [("impala_throughput_actor_envs8.json", "frames_per_cpu_s_per_actor"),
-                   ("impala_throughput.json", "frames_per_cpu_s_per_actor")]
+        prefix = "impala_throughput_actor_envs"
+        vectorised = sorted((int(name[len(prefix):-len(".json")]), name) for name in os.listdir(results)
+                            if name.startswith(prefix) and name[len(prefix):-len(".json")].isdigit())
+        sources = [(name, "frames_per_cpu_s_per_actor") for _, name in reversed(vectorised)]
+        sources.append(("impala_throughput.json", "frames_per_cpu_s_per_actor"))
     for name, key in sources:
         try:
             with open(os.path.join(results, name)) as f:
-                return float(json.load(f)["actor"]["results"]["1"][key])
+                return float(json.load(f)["actor"]["results"]["1"][key]), f"{name} actor.results.1.{key}"
         except (OSError, KeyError, ValueError):
             continue
-    return 5000.0 if agent == "d4pg" else 25000.0
+    return (5000.0 if agent == "d4pg" else 25000.0), "a guess: no throughput result found"
 
 
 def plot(report: Dict[str, Any], path: str) -> None:
@@ -376,11 +381,13 @@ def main(argv=None) -> int:
         from rlplat_agents.d4pg.config import D4PGConfig
 
         samples_per_insert, env_steps_per_insert = D4PGConfig().samples_per_insert, 1.0
+    actor_rate, actor_rate_source = _actor_rate(args.agent)
     report = {"benchmark": "replay_capacity", "agent": args.agent, "machine": machine(), "settings": vars(args),
               "load_average": os.getloadavg(), "inserts": inserts, "sample_only": sample_only,
               "sample_with_writers": mixed,
-              "capacity": capacity(inserts, sample_only, samples_per_insert, _actor_rate(args.agent),
-                                   env_steps_per_insert, args.agent)}
+              "capacity": capacity(inserts, sample_only, samples_per_insert, actor_rate,
+                                   env_steps_per_insert, args.agent),
+              "actor_rate_source": actor_rate_source}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"{args.name}.json"), "w") as f:
         json.dump(report, f, indent=1)
