@@ -41,14 +41,28 @@ def _throughput_d4pg(d: Dict[str, Any]) -> List[str]:
             f"learner fed from Reverb / memory-fed: {_fmt(t['learner_feed_ratio']['value'])} "
             f"(target {t['learner_feed_ratio']['target']})",
             f"system: {_fmt(d['system']['env_steps_per_s'])} env steps/s, "
-            f"{_fmt(t['system_ratio']['value'])} of the learner-bound limit"]
+            f"{_fmt(t['system_ratio']['value'])} of the learner-bound limit"] + _vectorised_actors("d4pg_throughput")
 
 
 def _throughput_impala(d: Dict[str, Any]) -> List[str]:
     s = d["system"]
     return [f"system: {_fmt(s['env_frames_per_s'])} env frames/s, learner "
             f"{_fmt(s['learner_steps_per_s'])} steps/s, consumed/produced "
-            f"{_fmt(s['consumed_over_produced'])}"]
+            f"{_fmt(s['consumed_over_produced'])}"] + _vectorised_actors("impala_throughput")
+
+
+def _vectorised_actors(stem: str) -> List[str]:
+    """One line per ``<stem>_actor_envs<K>.json`` (``--parts actor --envs-per-actor K``), by K."""
+    prefix = f"{stem}_actor_envs"
+    found = sorted((int(name[len(prefix):-5]), name) for name in os.listdir(RESULTS)
+                   if name.startswith(prefix) and name.endswith(".json") and name[len(prefix):-5].isdigit())
+    lines = []
+    for k, name in found:
+        with open(os.path.join(RESULTS, name), encoding="utf-8") as f:
+            results = json.load(f)["actor"]["results"]
+        lines.append(f"{name}: {k} environments per actor: efficiency "
+                     f"{_fmt(results['1']['efficiency'])} (1 actor), {_fmt(results['2']['efficiency'])} (2 actors)")
+    return lines
 
 
 def _pull_rate(d: Dict[str, Any]) -> List[str]:

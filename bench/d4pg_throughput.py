@@ -56,6 +56,7 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _REPO)
 
 from bench import cpu_accounting as accounting  # noqa: E402
+from bench import seeds as seeds_lib  # noqa: E402
 
 ACTOR_EFFICIENCY_BAR = 0.4
 ACTOR_EFFICIENCY_AIM = 0.6
@@ -570,6 +571,7 @@ def main(argv=None):
         "env": args.env,
         "command": "python " + " ".join([os.path.relpath(os.path.abspath(__file__), _REPO)] + sys.argv[1:]),
         "cpus": cpus,
+        "machine": seeds_lib.machine(),  # the CPU model: figures depend on it
         "placement": plan.describe(),
         "config": builder.config.to_dict(),
         "envs_per_actor": args.envs_per_actor,

@@ -52,6 +52,7 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _REPO)
 
 from bench import cpu_accounting as accounting  # noqa: E402
+from bench import seeds as seeds_lib  # noqa: E402
 
 SYSTEM_TARGET_FRAMES_PER_S = 5000.0
 REFERENCE_RAY_IMPALA_FRAMES_PER_S = 500.0  # the well-known Ray-based IMPALA, measured here earlier
@@ -692,6 +693,7 @@ def main(argv=None):
         "env": args.env,
         "command": "python " + " ".join([os.path.relpath(os.path.abspath(__file__), _REPO)] + sys.argv[1:]),
         "cpus": os.cpu_count(),
+        "machine": seeds_lib.machine(),  # the CPU model: figures depend on it
         "config": builder.config.to_dict(),
         "builder": {"steps_per_call": builder.steps_per_call, "replay_table": builder.replay_table},
         "targets": {"system_env_frames_per_s": SYSTEM_TARGET_FRAMES_PER_S,
