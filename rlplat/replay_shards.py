@@ -74,6 +74,11 @@ def shard_batch_sizes(batch_size: int, num_shards_: int) -> List[int]:
     return [base + (1 if i < extra else 0) for i in range(num_shards_)]
 
 
+def metric_key(shard: int, name: str) -> str:
+    """The log key of one shard's figure (``replay_shard<i>_<name>``): the driver writes it, status reads it."""
+    return f"replay_shard{int(shard)}_{name}"
+
+
 def zip_shards(datasets: Sequence[Any], concat: Callable[[List[Any]], Any]) -> Any:
     """One dataset whose element joins one batch of each shard's dataset (``concat``).
 

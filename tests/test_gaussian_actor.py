@@ -10,16 +10,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import tensorflow as tf
 
-from rlplat import core
 from rlplat.gaussian_actor import GaussianActor
 
+from fixed_weights import FixedWeights
 
-class Source(core.VariableSource):
-    def __init__(self, policy):
-        self.arrays = [v.numpy() for v in policy.variables]
 
-    def get_variables(self, names):
-        return 3, {"policy": self.arrays}
+def _source(policy):
+    return FixedWeights([v.numpy() for v in policy.variables], version=3)
 
 
 def _policy(scale):
@@ -36,16 +33,16 @@ def _policy(scale):
 def test_for_policy_runs_the_keras_policy_in_numpy_with_noise_and_clipping():
     policy = _policy(0.5)
     obs = np.random.default_rng(0).normal(size=(6, 4)).astype(np.float32)
-    greedy = GaussianActor.for_policy(policy, Source(policy), sigma=0.5, evaluation=True)
+    greedy = GaussianActor.for_policy(policy, _source(policy), sigma=0.5, evaluation=True)
     want = policy(obs).numpy()
     np.testing.assert_allclose(np.stack([greedy.select_action(o) for o in obs]), want, atol=1e-5)
     assert greedy.policy_version == 3 and greedy.sigma == 0.0
     np.testing.assert_allclose(greedy.policy_outputs(obs), want, atol=1e-5)  # the batched path agrees
 
     quiet = _policy(1e-3)  # actions ~0: the noise is barely clipped at sigma 0.2
-    noisy = GaussianActor.for_policy(quiet, Source(quiet), sigma=0.2, seed=1)
+    noisy = GaussianActor.for_policy(quiet, _source(quiet), sigma=0.2, seed=1)
     noise = np.stack([noisy.select_action(obs[0]) for _ in range(4000)]) - quiet(obs[:1]).numpy()
     np.testing.assert_allclose(noise.std(axis=0), 0.2, rtol=0.06)
-    loud = GaussianActor.for_policy(quiet, Source(quiet), sigma=5.0, seed=2)
+    loud = GaussianActor.for_policy(quiet, _source(quiet), sigma=5.0, seed=2)
     actions = np.stack([loud.finish_action(row, 3) for row in loud.policy_outputs(np.repeat(obs, 50, 0))])
     assert actions.dtype == np.float32 and np.all(np.abs(actions) <= 1.0) and np.any(np.abs(actions) == 1.0)

@@ -7,19 +7,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import pytest
 
+from fixed_weights import FixedWeights
+
 TASK = "cartpole:swingup"
 K = 3
 STEPS_PER_ENV = 120
-
-
-class _FixedWeights:
-    """A variable source that always serves the same policy weights (version 1)."""
-
-    def __init__(self, arrays):
-        self._arrays = arrays
-
-    def get_variables(self, names):
-        return 1, {"policy": self._arrays}
 
 
 def _server(builder, spec):
@@ -111,7 +103,7 @@ def _spec(task):
                                          ("impala", "cartpole:swingup")])
 def test_k_environments_in_one_actor_write_what_k_separate_actors_write(agent, task):
     builder, spec, arrays = (_d4pg if agent == "d4pg" else _impala)(task)
-    source = _FixedWeights(arrays)
+    source = FixedWeights(arrays)
     seeds = [11, 22, 33]
     separate = _run(False, task, builder, spec, seeds, source, K * STEPS_PER_ENV)
     vector = _run(True, task, builder, spec, seeds, source, K * STEPS_PER_ENV)
@@ -134,7 +126,7 @@ def test_a_partial_round_steps_the_first_environments_and_counts_every_step():
 
     builder, spec, arrays = _d4pg(TASK)
     environments = [envs.make_environment(TASK, seed=s) for s in range(K)]
-    source = _FixedWeights(arrays)
+    source = FixedWeights(arrays)
     actors = [builder.make_actor(spec, source, None, j, j) for j in range(K)]
     loop = VectorEnvironmentLoop(environments, actors)
     stats = loop.run_steps(7)  # two full rounds of 3, then environment 0 alone

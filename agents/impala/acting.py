@@ -32,7 +32,10 @@ from dm_env import specs
 from rlplat_agents.impala import networks
 from rlplat import core
 
-_LOG_2PI = float(np.log(2.0 * np.pi))
+LOG_2PI = float(np.log(2.0 * np.pi))
+# Uniforms drawn per Generator call for discrete sampling: one call per step
+# would cost as much as the policy itself.
+DRAWS_PER_BLOCK = 1024
 
 
 def extras_spec(environment_spec: Any, config: Any) -> Dict[str, specs.Array]:
@@ -63,9 +66,12 @@ def make_numpy_policy(environment_spec: Any, config: Any) -> networks.NumpyPolic
     return networks.NumpyPolicy.for_network(networks.make_network(environment_spec, config))
 
 
-def _tanh_log_det_jacobian(u: np.ndarray) -> float:
-    """NumPy twin of ``rlplat.losses.policy_gradient.tanh_log_det_jacobian`` for one action."""
-    return float(np.sum(2.0 * (np.log(2.0) - u - np.logaddexp(0.0, -2.0 * u))))
+def tanh_log_det_jacobian(u: np.ndarray) -> np.ndarray:
+    """NumPy twin of ``rlplat.losses.policy_gradient.tanh_log_det_jacobian``, summed over the last axis.
+
+    One action gives a scalar, a batch [K, A] gives [K] (``vector_acting``).
+    """
+    return np.sum(2.0 * (np.log(2.0) - u - np.logaddexp(0.0, -2.0 * u)), axis=-1)
 
 
 class IMPALAActor(core.PullingActor):
@@ -156,9 +162,9 @@ class IMPALAActor(core.PullingActor):
             else:
                 noise = self._rng.standard_normal(size).astype(np.float32)
                 sample = (mean + np.exp(log_std) * noise).astype(np.float32)
-                log_prob = float(np.sum(-0.5 * noise * noise - log_std) - 0.5 * _LOG_2PI * size)
+                log_prob = float(np.sum(-0.5 * noise * noise - log_std) - 0.5 * LOG_2PI * size)
                 if self._tanh:
-                    log_prob -= _tanh_log_det_jacobian(sample.astype(np.float64))
+                    log_prob -= float(tanh_log_det_jacobian(sample.astype(np.float64)))
             # Replay keeps the pre-squash sample, the log-prob's argument.
             replay_action = sample.astype(np.float32)
             bounded = np.tanh(sample) if self._tanh else np.clip(sample, -1.0, 1.0)
@@ -170,7 +176,7 @@ class IMPALAActor(core.PullingActor):
 
     def _uniform(self) -> float:
         if self._draw_index >= len(self._draws):
-            self._draws = self._rng.random(1024)
+            self._draws = self._rng.random(DRAWS_PER_BLOCK)
             self._draw_index = 0
         value = self._draws[self._draw_index]
         self._draw_index += 1

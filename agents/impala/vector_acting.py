@@ -28,8 +28,6 @@ from dm_env import specs
 from rlplat_agents.impala import acting, networks
 from rlplat import core
 
-_DRAWS_PER_BLOCK = 1024  # as IMPALAActor's pre-drawn uniforms
-_LOG_2PI = float(np.log(2.0 * np.pi))
 
 
 class IMPALAVectorActor(core.WeightPuller):
@@ -101,10 +99,9 @@ class IMPALAVectorActor(core.WeightPuller):
         noise = draws.astype(np.float32)
         sample = (mean + np.exp(log_std) * noise).astype(np.float32)
         # Summed in float32, then float64 from the constant on: IMPALAActor's precision exactly.
-        log_prob = np.sum(-0.5 * noise * noise - log_std, axis=1).astype(np.float64) - 0.5 * _LOG_2PI * size
-        if self._tanh:  # the Jacobian of tanh, as acting._tanh_log_det_jacobian per row
-            u = sample.astype(np.float64)
-            log_prob = log_prob - np.sum(2.0 * (np.log(2.0) - u - np.logaddexp(0.0, -2.0 * u)), axis=1)
+        log_prob = np.sum(-0.5 * noise * noise - log_std, axis=1).astype(np.float64) - 0.5 * acting.LOG_2PI * size
+        if self._tanh:  # the Jacobian of tanh, per row
+            log_prob = log_prob - acting.tanh_log_det_jacobian(sample.astype(np.float64))
         # Replay keeps the pre-squash sample, the log-prob's argument.
         self._record = (sample, {"mean": mean, "log_std": log_std}, log_prob)
         bounded = np.tanh(sample) if self._tanh else np.clip(sample, -1.0, 1.0)
@@ -125,15 +122,15 @@ class IMPALAVectorActor(core.WeightPuller):
 
     def _block(self, rng: np.random.Generator) -> np.ndarray:
         if self._discrete:
-            return rng.random(_DRAWS_PER_BLOCK)
-        return rng.standard_normal((_DRAWS_PER_BLOCK,) + self._draw_shape)
+            return rng.random(acting.DRAWS_PER_BLOCK)
+        return rng.standard_normal((acting.DRAWS_PER_BLOCK,) + self._draw_shape)
 
     def _take_draws(self, m: int) -> np.ndarray:
         """The next draw of environments 0..m-1, each from its own generator's stream."""
         index = self._next[:m]  # a view, advanced in place
         draws = self._draws[self._rows[:m], index]
         index += 1
-        for k in np.flatnonzero(index == _DRAWS_PER_BLOCK):
+        for k in np.flatnonzero(index == acting.DRAWS_PER_BLOCK):
             self._draws[k] = self._block(self._rngs[k])
             index[k] = 0
         return draws

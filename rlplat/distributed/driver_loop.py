@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import ray
 
+from rlplat import replay_shards
 from rlplat.controller import Controller
 from rlplat.distributed import counters
 from rlplat.distributed import driver_records
@@ -340,7 +341,7 @@ class ControlLoop(ActorCare):
             for i, shard in enumerate(per_shard):
                 shard["samples_per_insert"] = (shard["replay_samples"] / shard["replay_inserts"]
                                                if shard["replay_inserts"] else math.nan)
-                stats.update({f"replay_shard{i}_{key.replace('replay_', '')}": value
+                stats.update({replay_shards.metric_key(i, key.replace("replay_", "")): value
                               for key, value in shard.items()})
             self.replay_shard_stats = per_shard
         d_inserts = inserts - previous.get("replay_inserts", 0)

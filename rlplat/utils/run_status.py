@@ -21,6 +21,8 @@ import socket
 import time
 from typing import Any, Dict, List, Optional
 
+from rlplat import replay_shards
+
 # Rates are averaged over the records of this many recent seconds.
 _RECENT_S = 60.0
 
@@ -240,8 +242,8 @@ def format_status(status: Dict[str, Any]) -> List[str]:
 def _replay_shards(record: Dict[str, Any]) -> List[Dict[str, Any]]:
     """Each replay shard's counts from a learner record (``--num-replay-shards`` > 1); [] otherwise."""
     shards = []
-    while f"replay_shard{len(shards)}_inserts" in record:
-        prefix = f"replay_shard{len(shards)}_"
-        shards.append({key: record.get(prefix + key) for key in ("size", "inserts", "samples",
-                                                                 "samples_per_insert")})
+    while replay_shards.metric_key(len(shards), "inserts") in record:
+        i = len(shards)
+        shards.append({key: record.get(replay_shards.metric_key(i, key))
+                       for key in ("size", "inserts", "samples", "samples_per_insert")})
     return shards

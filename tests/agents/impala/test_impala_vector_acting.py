@@ -16,18 +16,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 import pytest
 
+from fixed_weights import FixedWeights
+
 K = 3
 SEEDS = [11, 22, 33]
-
-
-class _FixedWeights:
-    """Always serves the same policy weights (version 1)."""
-
-    def __init__(self, arrays):
-        self._arrays = arrays
-
-    def get_variables(self, names):
-        return 1, {"policy": self._arrays}
 
 
 def _setup(task, unroll_length):
@@ -53,7 +45,7 @@ def _setup(task, unroll_length):
     signature = builder.signature(spec)
     queues = [builder.replay_table] + [f"stream_{k}" for k in range(K)]
     server = replay_server.make_server([tables.make_queue_table(name, 5000, signature) for name in queues])
-    return builder, spec, _FixedWeights(arrays), server, reverb.Client(f"127.0.0.1:{server.port}")
+    return builder, spec, FixedWeights(arrays), server, reverb.Client(f"127.0.0.1:{server.port}")
 
 
 def _drain(client, table):
