@@ -243,6 +243,15 @@ class WeightPuller(abc.ABC):
     def policy_version(self) -> int:
         return self._version
 
+    def bind_source(self, variable_source: VariableSource) -> None:
+        """Pulls from ``variable_source`` from now on.
+
+        For an actor built in one process and used in another: an evaluator
+        receives its actor from the learner, which has the agent's networks
+        to derive the NumPy policy from, and binds it to its own source.
+        """
+        self._source = variable_source
+
     def _count_step(self) -> None:
         self._since_update += 1
 

@@ -61,4 +61,8 @@ elif [ ! -f "$shim" ] || [ "$shim_src" -nt "$shim" ]; then
     || die "could not compile $shim_src (are the C headers installed? sudo apt-get install -y libc6-dev)"
   mv "$shim.tmp" "$shim"
 fi
+# Byte-compile the project's own packages: every Ray worker imports them, and
+# where PYTHONDONTWRITEBYTECODE is set no process would keep its compilation
+# (site-packages were compiled by pip). Quick when nothing changed.
+"$VENV/bin/python" -m compileall -q -j 0 rlplat agents envs >/dev/null || log "warning: could not byte-compile rlplat/agents/envs"
 log "ready: $("$VENV/bin/python" -c 'import tensorflow as t, reverb, ray; print("tensorflow", t.__version__, "| ray", ray.__version__)' 2>/dev/null)"

@@ -6,7 +6,7 @@ mean and log-std; plus the LSTM state the step started from), the log-prob of
 the action under that policy, and the version of the weights that chose it.
 The learner turns these into importance weights (V-trace) and policy lag.
 
-TensorFlow never runs per step: the policy is ``networks.NumpyPolicy``.
+TensorFlow never runs per step: the policy is ``numpy_policy.NumpyPolicy``.
 Weights are pulled before the first action (a bounded wait: no random policy
 ever acts) and then every ``variable_update_period`` observed steps; a pull
 that finds nothing newer moves no weights.
@@ -29,7 +29,7 @@ import dm_env
 import numpy as np
 from dm_env import specs
 
-from rlplat_agents.impala import networks
+from rlplat_agents.impala.numpy_policy import LOG_STD_MAX, LOG_STD_MIN, NumpyPolicy, squash_log_std_numpy
 from rlplat import core
 
 LOG_2PI = float(np.log(2.0 * np.pi))
@@ -61,9 +61,11 @@ def action_spec_for_replay(environment_spec: Any) -> specs.Array:
     return specs.Array((int(np.prod(actions.shape)),), np.float32)
 
 
-def make_numpy_policy(environment_spec: Any, config: Any) -> networks.NumpyPolicy:
+def make_numpy_policy(environment_spec: Any, config: Any) -> NumpyPolicy:
     """A NumPy policy shaped for ``config``, read from a fresh Keras network (weights come from the learner)."""
-    return networks.NumpyPolicy.for_network(networks.make_network(environment_spec, config))
+    from rlplat_agents.impala import networks  # pylint: disable=g-import-not-at-top  (TensorFlow, only here)
+
+    return networks.numpy_policy_of(networks.make_network(environment_spec, config))
 
 
 def tanh_log_det_jacobian(u: np.ndarray) -> np.ndarray:
@@ -91,12 +93,12 @@ class IMPALAActor(core.PullingActor):
       log_std_bounds: the Gaussian's log-std (low, high), as the learner's.
     """
 
-    def __init__(self, policy: networks.NumpyPolicy, action_spec: Any,
+    def __init__(self, policy: NumpyPolicy, action_spec: Any,
                  variable_source: core.VariableSource, adder: Any = None, *,
                  seed: Optional[int] = None, evaluation: bool = False,
                  variable_update_period: int = 100, wait_timeout_s: float = 120.0,
                  squash: str = "tanh",
-                 log_std_bounds=(networks.LOG_STD_MIN, networks.LOG_STD_MAX)):
+                 log_std_bounds=(LOG_STD_MIN, LOG_STD_MAX)):
         super().__init__(variable_source, variable_update_period, wait_timeout_s)
         if squash not in ("tanh", "clip"):
             raise ValueError(f"squash must be 'tanh' or 'clip' (got {squash!r})")
@@ -155,7 +157,7 @@ class IMPALAActor(core.PullingActor):
         else:
             size = out.shape[0] // 2
             mean = out[:size]
-            log_std = networks.squash_log_std(out[size:], *self._log_std_bounds).astype(np.float32)
+            log_std = squash_log_std_numpy(out[size:], *self._log_std_bounds).astype(np.float32)
             extras["mean"], extras["log_std"] = mean, log_std
             if self._greedy:
                 sample, log_prob = mean, 0.0

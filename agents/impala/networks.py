@@ -18,28 +18,30 @@ One network, shared torso, two heads::
   recurrent state the actor acted with.
 
 Actors act at batch 1, where a TF call costs ~450 us and NumPy ~10-30 us
-(measured on 2-core CPUs): ``NumpyPolicy`` runs the acting path (torso, core,
-policy head; no value head) in NumPy, its ops read from the layers (``numpy_layers``).
+(measured on 2-core CPUs): ``NumpyPolicy`` (``numpy_policy``, which imports no
+TensorFlow) runs the acting path (torso, core, policy head; no value head) in
+NumPy, its ops read from the layers (``numpy_layers``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 
 from rlplat.utils import numpy_layers
 
-LOG_STD_MIN, LOG_STD_MAX = -5.0, 1.0
-# Observation normalisation: (obs - mean) / sqrt(var + eps), clipped.
-OBS_NORM_EPS, OBS_NORM_CLIP = 1e-6, 10.0
+
+from rlplat_agents.impala.numpy_policy import (  # noqa: F401  (the acting path, re-exported)
+    LOG_STD_MAX, LOG_STD_MIN, OBS_NORM_CLIP, OBS_NORM_EPS, NumpyPolicy, normalize_numpy, squash_log_std_numpy)
 
 
 def squash_log_std(raw, low: float = LOG_STD_MIN, high: float = LOG_STD_MAX):
     """Maps a raw head output smoothly into [low, high] (TF or NumPy)."""
-    tanh = tf.tanh if isinstance(raw, tf.Tensor) else np.tanh
-    return low + 0.5 * (high - low) * (tanh(raw) + 1.0)
+    if not isinstance(raw, tf.Tensor):
+        return squash_log_std_numpy(raw, low, high)
+    return low + 0.5 * (high - low) * (tf.tanh(raw) + 1.0)
 
 
 def unsquash_log_std(log_std: float, low: float = LOG_STD_MIN, high: float = LOG_STD_MAX) -> float:
@@ -47,12 +49,6 @@ def unsquash_log_std(log_std: float, low: float = LOG_STD_MIN, high: float = LOG
     if not low < log_std < high:
         raise ValueError(f"log_std {log_std} must be strictly between {low} and {high}")
     return float(np.arctanh(2.0 * (log_std - low) / (high - low) - 1.0))
-
-
-def normalize_numpy(observation: np.ndarray, mean: np.ndarray, var: np.ndarray) -> np.ndarray:
-    """NumPy twin of the network's observation normalisation."""
-    out = (observation - mean) / np.sqrt(var + OBS_NORM_EPS)
-    return np.clip(out, -OBS_NORM_CLIP, OBS_NORM_CLIP).astype(np.float32)
 
 
 class IMPALANetwork(tf.keras.Model):
@@ -257,68 +253,9 @@ def acting_layers(network: IMPALANetwork) -> List[tf.keras.layers.Layer]:
     return [*network.torso, *([network.lstm] if network.lstm is not None else []), network.policy_head]
 
 
-class NumpyPolicy:
-    """The acting path of an ``IMPALANetwork`` in NumPy, one observation at a time.
-
-    Observation normalisation (IMPALA's own), then the torso, core and policy
-    head as ``rlplat.utils.numpy_layers`` ops read from the network's layers.
-
-    Args:
-      template: ``numpy_layers.export_layers(acting_layers(network))``.
-      discrete: categorical (logits) or Gaussian (mean, log_std) head.
-      normalize_observations: whether the weights start with the observation
-        mean and variance (``IMPALANetwork.normalize_observations``).
-    """
-
-    def __init__(self, template: Sequence[Dict[str, Any]], discrete: bool, normalize_observations: bool = False):
-        self._forward = numpy_layers.NumpyForward(template)
-        self._normalize = bool(normalize_observations)
-        self.discrete = bool(discrete)
-        self.state_size = self._forward.state_size
-        self._moments: Optional[Tuple[np.ndarray, np.ndarray]] = None
-
-    @classmethod
-    def for_network(cls, network: IMPALANetwork) -> "NumpyPolicy":
-        """A policy shaped like ``network``, loaded with its current weights."""
-        policy = cls(numpy_layers.export_layers(acting_layers(network)), network.discrete,
-                     network.normalize_observations)
-        policy.load([v.numpy() for v in acting_variables(network)])
-        return policy
-
-    @property
-    def num_arrays(self) -> int:
-        return (2 if self._normalize else 0) + self._forward.num_arrays
-
-    def load(self, arrays: Sequence[np.ndarray]) -> None:
-        """Takes arrays in ``acting_variables`` order."""
-        if len(arrays) != self.num_arrays:
-            raise ValueError(f"policy weights: got {len(arrays)} arrays, the network has "
-                             f"{self.num_arrays}; actor and learner were built from different configs")
-        if self._normalize:
-            self._moments = (np.asarray(arrays[0], np.float32), np.asarray(arrays[1], np.float32))
-            arrays = arrays[2:]
-        self._forward.load(arrays)
-
-    def initial_state(self) -> Optional[np.ndarray]:
-        """Zero core state [2 * lstm_size], or None for an MLP."""
-        return self._forward.initial_state()
-
-    def __call__(self, observation: np.ndarray, state: Optional[np.ndarray] = None):
-        """Returns ``(policy_outputs [P], next_state)`` (next_state None for an MLP).
-
-        ``policy_outputs`` are logits, or the Gaussian head's mean and RAW
-        log-std concatenated (see ``squash_log_std``), as in ``unroll``.
-        """
-        x = np.asarray(observation, np.float32).reshape(-1)
-        if self._normalize:
-            x = normalize_numpy(x, *self._moments)
-        return self._forward.step(x, state)
-
-    def batch(self, observations: np.ndarray) -> np.ndarray:
-        """Policy outputs [K, P] for K observations of a feed-forward network, in one pass."""
-        if self.state_size:
-            raise ValueError("an LSTM policy acts one environment at a time (each has its own core state)")
-        x = np.asarray(observations, np.float32).reshape(len(observations), -1)
-        if self._normalize:
-            x = normalize_numpy(x, *self._moments)
-        return self._forward.batch(x)[0]
+def numpy_policy_of(network: IMPALANetwork) -> NumpyPolicy:
+    """A ``NumpyPolicy`` shaped like ``network``, loaded with its current weights."""
+    policy = NumpyPolicy(numpy_layers.export_layers(acting_layers(network)), network.discrete,
+                         network.normalize_observations)
+    policy.load([v.numpy() for v in acting_variables(network)])
+    return policy

@@ -25,7 +25,8 @@ import dm_env
 import numpy as np
 from dm_env import specs
 
-from rlplat_agents.impala import acting, networks
+from rlplat_agents.impala import acting
+from rlplat_agents.impala.numpy_policy import LOG_STD_MAX, LOG_STD_MIN, NumpyPolicy, squash_log_std_numpy
 from rlplat import core
 
 
@@ -43,10 +44,10 @@ class IMPALAVectorActor(core.WeightPuller):
         ``acting.IMPALAActor``.
     """
 
-    def __init__(self, policy: networks.NumpyPolicy, action_spec: Any, variable_source: core.VariableSource,
+    def __init__(self, policy: NumpyPolicy, action_spec: Any, variable_source: core.VariableSource,
                  adder: Any, seeds: Sequence[int], *, variable_update_period: int = 100,
                  wait_timeout_s: float = 120.0, squash: str = "tanh",
-                 log_std_bounds=(networks.LOG_STD_MIN, networks.LOG_STD_MAX)):
+                 log_std_bounds=(LOG_STD_MIN, LOG_STD_MAX)):
         super().__init__(variable_source, variable_update_period, wait_timeout_s)
         if policy.state_size:
             raise ValueError("an LSTM policy acts one environment at a time; use one IMPALAActor each")
@@ -95,7 +96,7 @@ class IMPALAVectorActor(core.WeightPuller):
             return action.astype(np.int32)
         size = out.shape[1] // 2
         mean = out[:, :size]
-        log_std = networks.squash_log_std(out[:, size:], *self._log_std_bounds).astype(np.float32)
+        log_std = squash_log_std_numpy(out[:, size:], *self._log_std_bounds).astype(np.float32)
         noise = draws.astype(np.float32)
         sample = (mean + np.exp(log_std) * noise).astype(np.float32)
         # Summed in float32, then float64 from the constant on: IMPALAActor's precision exactly.

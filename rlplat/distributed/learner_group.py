@@ -294,6 +294,10 @@ class LearnerGroup:
         """The chief's ``get_variables_if_newer`` (every member holds the same weights)."""
         return self._chief_call("get_variables_if_newer", list(names), version)
 
+    def make_evaluation_actor(self, seed: int):
+        """The chief's ``make_evaluation_actor``."""
+        return self._chief_call("make_evaluation_actor", int(seed))
+
     def _chief_call(self, method: str, *args):
         if self._failed:
             raise LearnerGroupError(self._failed)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import ray
@@ -58,14 +59,15 @@ def ray_options(plan: resources.ResourcePlan, role: str, index: int = 0) -> Dict
 
 
 def _where_am_i(_worker) -> Dict[str, Any]:
-    """Runs inside a worker (through ``__ray_call__``): its node ID and process ID."""
-    return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid()}
+    """Runs inside a worker (through ``__ray_call__``): its node ID, process ID, and whether it loaded TensorFlow."""
+    return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
+            "tensorflow": "tensorflow" in sys.modules}
 
 
 def locate(named_handles: Sequence[Tuple[str, Any]], nodes: Sequence[resources.NodeInfo],
            timeout_s: float, wait: Optional[Callable[..., Any]] = None
            ) -> Dict[str, Optional[Dict[str, Any]]]:
-    """``{name: {"node_id", "node_ip", "custom_resources", "pid"}}`` for each worker.
+    """``{name: {"node_id", "node_ip", "custom_resources", "pid", "tensorflow"}}`` for each worker.
 
     Each worker runs ``_where_am_i`` through Ray's ``__ray_call__`` (after its
     ``__init__``, on the live process). A worker that does not answer within

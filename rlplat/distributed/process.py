@@ -53,6 +53,12 @@ def runtime_env(role: str, cpu_only: bool = True, threads: Optional[int] = None)
     return {"env_vars": env}
 
 
+def setup_light_worker() -> None:
+    """Thread limits for a worker that runs no TensorFlow (the evaluator)."""
+    for name, value in _ONE_THREAD.items():
+        os.environ.setdefault(name, value)
+
+
 def setup_worker(intra_op_threads: int = 1, inter_op_threads: int = 1, hide_gpus: bool = True,
                  num_cpu_replicas: Optional[int] = None) -> None:
     """Sizes TensorFlow for this worker; call before any TF op runs.

@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import ray
 
+from rlplat import core
 from rlplat import replay_shards
 from rlplat.distributed import counters
 from rlplat.distributed import process
@@ -358,6 +359,7 @@ class LearnerWorker:
             os.environ["TF_CONFIG"] = json.dumps(tf_config)
             num_replicas = 1  # MWMS takes each worker's GPUs (or its CPU) itself.
         self._tf_config = tf_config
+        self._builder, self._environment_spec = builder, environment_spec
         process.setup_worker(threads[0], threads[1], hide_gpus=not use_gpus,
                              num_cpu_replicas=None if use_gpus else num_replicas)
         from rlplat import replication  # pylint: disable=g-import-not-at-top
@@ -483,6 +485,17 @@ class LearnerWorker:
                 out["replay_inserts_before_first_step"] = self._first_step_inserts
             return out
 
+    def make_evaluation_actor(self, seed: int):
+        """The builder's greedy actor for an ``Evaluator``, with no variable source yet.
+
+        Built here because this process has TensorFlow and the agent's
+        networks, which an actor's NumPy policy is derived from; the
+        evaluator binds it to its own source (``WeightPuller.bind_source``)
+        and so never imports TensorFlow.
+        """
+        return self._builder.make_actor(self._environment_spec, UNBOUND_SOURCE, None, 0, int(seed),
+                                        evaluation=True)
+
     def request_stop(self) -> None:
         """Makes the running (and every later) ``train`` return after its current step."""
         self._stop.set()
@@ -572,6 +585,16 @@ def _latest_step(logdir: str) -> Optional[int]:
 
 
 # ------------------------------------------------------------------ evaluator
+class _UnboundSource:
+    """The variable source of an actor built for another process; it must be bound there."""
+
+    def get_variables(self, names):
+        raise RuntimeError("this actor was built for another process: call bind_source() first")
+
+
+UNBOUND_SOURCE = _UnboundSource()
+
+
 class Evaluator:
     """Runs the greedy policy (no exploration, no replay) for whole episodes.
 
@@ -591,7 +614,7 @@ class Evaluator:
     def __init__(self, builder, env_name: str, env_kwargs: Optional[Dict[str, Any]], seed: int,
                  variable_source, weights_timeout_s: float = 60.0, startup_timeout_s: float = 300.0,
                  video: bool = False):
-        process.setup_worker(1, 1, hide_gpus=True)
+        process.setup_light_worker()  # TensorFlow only if the actor needs it (below)
         from rlplat import specs  # pylint: disable=g-import-not-at-top
 
         self._environment = _make_environment(env_name, env_kwargs, int(seed))
@@ -610,7 +633,16 @@ class Evaluator:
         spec = specs.make_environment_spec(self._environment)
         self._source = RemoteVariableSource(variable_source, timeout_s=weights_timeout_s,
                                             first_timeout_s=startup_timeout_s)
-        self._actor = builder.make_actor(spec, self._source, None, 0, int(seed), evaluation=True)
+        # The learner builds the greedy actor, so this process needs no
+        # TensorFlow (one import fewer per run, ~1 GB less memory); an actor
+        # that cannot be rebound is built here instead.
+        actor = self._source.call("make_evaluation_actor", int(seed))
+        if isinstance(actor, core.WeightPuller):
+            actor.bind_source(self._source)
+        else:
+            process.setup_worker(1, 1, hide_gpus=True)
+            actor = builder.make_actor(spec, self._source, None, 0, int(seed), evaluation=True)
+        self._actor = actor
         self._loop = _make_loop(self._environment, self._actor)
 
     def evaluate(self, num_episodes: int, video: bool = False) -> Dict[str, Any]:

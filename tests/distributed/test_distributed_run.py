@@ -156,12 +156,17 @@ def test_run_writes_logs_checkpoint_and_run_info(first_run):
     assert all(0.0 <= r["time_env_fraction"] <= 1.0 for r in actor_records)
     learner_records = loggers.read_jsonl(os.path.join(logdir, loggers.JSONL_NAME), "learner")
     assert any("samples_per_insert" in r and "replay_size" in r for r in learner_records)
+    # The last train call's metrics are logged too, not only those a periodic record caught.
+    assert learner_records[-1]["step"] == step and "critic_loss" in learner_records[-1], learner_records[-1]
     # The learner's bottleneck timing: the share of its time spent waiting for batches.
     waits = [r["learner_input_wait_fraction"] for r in learner_records if "learner_input_wait_fraction" in r]
     assert waits and all(0.0 <= w <= 1.0 for w in waits)
     with open(os.path.join(logdir, "run_info.json")) as f:
         info = json.load(f)
     assert info["config"]["env"] == ENV and info["config"]["num_actors"] == 2
+    # The evaluator acts with an actor the learner built: it never imports TensorFlow.
+    placed = info["node_placement"]
+    assert placed["evaluator"]["tensorflow"] is False and placed["learner"]["tensorflow"] is True, placed
     assert info["config"]["agent"]["global_batch_size"] == SMALL.global_batch_size
     assert info["git_sha"] and info["versions"]["ray"]
 

@@ -123,7 +123,7 @@ def test_evaluation_is_greedy_and_records_nothing(spec):
 def test_lstm_actor_records_the_state_each_step_started_from():
     config = small_config(core="lstm")
     actor, adder, net = _actor(DISCRETE_SPEC, config)
-    policy = networks.NumpyPolicy.for_network(net)
+    policy = networks.numpy_policy_of(net)
     rng = np.random.default_rng(1)
     observations = rng.normal(size=(4, OBS)).astype(np.float32)
     actor.observe_first(dm_env.restart(observations[0]))

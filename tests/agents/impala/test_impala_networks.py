@@ -32,7 +32,7 @@ def test_numpy_policy_matches_keras_step_by_step(core, spec):
     for v in net.variables:
         v.assign(rng.normal(0.0, 0.5, v.shape).astype(np.float32))
     net.obs_var.assign(rng.uniform(0.1, 4.0, net.obs_var.shape).astype(np.float32))
-    policy = networks.NumpyPolicy.for_network(net)
+    policy = networks.numpy_policy_of(net)
     obs = rng.normal(size=(1, 7, OBS)).astype(np.float32)
     state0 = rng.normal(size=(1, net.state_size)).astype(np.float32) if net.state_size else None
     keras_out, _ = net.unroll(obs, state0)
@@ -93,6 +93,6 @@ def test_initial_gaussian_log_std_and_separate_value_torso():
 
 def test_numpy_policy_rejects_weights_of_another_config():
     net = networks.make_network(DISCRETE_SPEC, small_config(core="lstm"))
-    policy = networks.NumpyPolicy.for_network(networks.make_network(DISCRETE_SPEC, small_config(core="mlp")))
+    policy = networks.numpy_policy_of(networks.make_network(DISCRETE_SPEC, small_config(core="mlp")))
     with pytest.raises(ValueError, match="different configs"):
         policy.load([v.numpy() for v in networks.acting_variables(net)])

@@ -61,4 +61,5 @@ def test_impala_beats_random_policy_by_far_on_cartpole(tmp_path):
     assert best["eval_return"] >= bar, (curve, random_return)
     # Policy lag reached the learner's logs.
     learner = [r for r in records if r.get("role") == "learner" and "policy_lag_mean" in r]
-    assert learner and all(r["policy_lag_mean"] >= 0 for r in learner)
+    lags = [(r["step"], r.get("policy_lag_mean")) for r in records if r.get("role") == "learner"]
+    assert learner and all(r["policy_lag_mean"] >= 0 for r in learner), (lags, curve)
