@@ -1,9 +1,12 @@
 """D4PG learner: N-vs-1 replicas, learning, target updates, NaN guard, checkpoints, replay errors."""
 
+import json
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -183,12 +186,24 @@ def test_fused_adam_matches_keras_adam():
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
 
 
+def _table(min_size):
+    return reverb.Table("priority_table", reverb.selectors.Uniform(), reverb.selectors.Fifo(), 1000,
+                        reverb.rate_limiters.MinSize(min_size),
+                        signature=transition_signature(SPEC.observations, SPEC.actions))
+
+
+def _write_items(port, num_items=16):
+    client = reverb.Client(f"localhost:{port}")
+    batch = random_batch(num_items)
+    with client.trajectory_writer(1) as writer:
+        for i in range(num_items):
+            writer.append([np.asarray(f[i]) for f in batch])
+            writer.create_item("priority_table", 1.0, [c[-1] for c in writer.history])
+
+
 def _reverb_learner(rate_limiter_timeout_ms=2000, step_timeout_s=1.0, min_size=8):
     config = small_config(global_batch_size=8, min_replay_size=min_size)
-    sig = transition_signature(SPEC.observations, SPEC.actions)
-    server = make_server([reverb.Table("priority_table", reverb.selectors.Uniform(),
-                                       reverb.selectors.Fifo(), 1000,
-                                       reverb.rate_limiters.MinSize(min_size), signature=sig)])
+    server = make_server([_table(min_size)])
     # Unpacked: the tests below write items field by field.
     builder = D4PGBuilder(config, steps_per_call=2, rate_limiter_timeout_ms=rate_limiter_timeout_ms,
                           pack_transitions=False)
@@ -197,21 +212,40 @@ def _reverb_learner(rate_limiter_timeout_ms=2000, step_timeout_s=1.0, min_size=8
     return server, learner
 
 
-def test_dead_replay_server_raises_instead_of_hanging():
+def _dead_server_scenario():
+    """Runs in a child process (see the test); prints the outcome as JSON, then exits at once."""
     server, learner = _reverb_learner(rate_limiter_timeout_ms=600_000)
-    client = reverb.Client(f"localhost:{server.port}")
-    batch = random_batch(16)
-    with client.trajectory_writer(1) as writer:
-        for i in range(16):
-            writer.append([np.asarray(f[i]) for f in batch])
-            writer.create_item("priority_table", 1.0, [c[-1] for c in writer.history])
+    _write_items(server.port)
     learner.step()
     server.stop()
     start = time.monotonic()
-    with pytest.raises(ReplayTimeoutError, match="does not answer"):
+    outcome = {"raised": None}
+    try:
         for _ in range(1000):  # Prefetched batches may still serve a few steps.
             learner.step()
-    assert time.monotonic() - start < 30
+    except Exception as e:  # pylint: disable=broad-except
+        outcome = {"raised": type(e).__name__, "message": str(e)}
+    outcome["seconds"] = time.monotonic() - start
+    print("OUTCOME " + json.dumps(outcome), flush=True)
+    # The sample in flight when the server died stays blocked inside Reverb,
+    # and destroying the learner's dataset waits for it: in the suite's own
+    # process a later garbage collection stalled whichever test it fell in
+    # (for a minute or more), and an exit would wait too. Leave at once.
+    os._exit(0)  # pylint: disable=protected-access
+
+
+def test_dead_replay_server_raises_instead_of_hanging():
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = (f"import sys; sys.path[:0] = [{here!r}, {os.path.dirname(os.path.dirname(here))!r}]; "
+            "import test_d4pg_learning as t; t._dead_server_scenario()")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                            check=False)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("OUTCOME ")]
+    assert result.returncode == 0 and lines, result.stdout[-2000:] + result.stderr[-3000:]
+    outcome = json.loads(lines[-1][len("OUTCOME "):])
+    assert outcome["raised"] == ReplayTimeoutError.__name__, outcome
+    assert "does not answer" in outcome["message"], outcome
+    assert outcome["seconds"] < 30, outcome
 
 
 def test_empty_replay_past_the_rate_limiter_timeout_raises():
