@@ -491,10 +491,13 @@ class LearnerWorker:
         Built here because this process has TensorFlow and the agent's
         networks, which an actor's NumPy policy is derived from; the
         evaluator binds it to its own source (``WeightPuller.bind_source``)
-        and so never imports TensorFlow.
+        and so never imports TensorFlow. None when the builder's actor is
+        not a ``core.WeightPuller`` (it cannot be rebound; the evaluator
+        builds its own).
         """
-        return self._builder.make_actor(self._environment_spec, UNBOUND_SOURCE, None, 0, int(seed),
-                                        evaluation=True)
+        actor = self._builder.make_actor(self._environment_spec, UNBOUND_SOURCE, None, 0, int(seed),
+                                         evaluation=True)
+        return actor if isinstance(actor, core.WeightPuller) else None
 
     def request_stop(self) -> None:
         """Makes the running (and every later) ``train`` return after its current step."""
@@ -634,10 +637,10 @@ class Evaluator:
         self._source = RemoteVariableSource(variable_source, timeout_s=weights_timeout_s,
                                             first_timeout_s=startup_timeout_s)
         # The learner builds the greedy actor, so this process needs no
-        # TensorFlow (one import fewer per run, ~1 GB less memory); an actor
+        # TensorFlow (one import fewer per run, and less memory); an actor
         # that cannot be rebound is built here instead.
         actor = self._source.call("make_evaluation_actor", int(seed))
-        if isinstance(actor, core.WeightPuller):
+        if actor is not None:
             actor.bind_source(self._source)
         else:
             process.setup_worker(1, 1, hide_gpus=True)
