@@ -31,8 +31,6 @@ import numpy as np
 import tensorflow as tf
 
 from rlplat.utils import numpy_layers
-
-
 from rlplat_agents.impala.numpy_policy import (  # noqa: F401  (the acting path, re-exported)
     LOG_STD_MAX, LOG_STD_MIN, OBS_NORM_CLIP, OBS_NORM_EPS, NumpyPolicy, normalize_numpy, squash_log_std_numpy)
 

@@ -30,7 +30,6 @@ from rlplat_agents.impala.numpy_policy import LOG_STD_MAX, LOG_STD_MIN, NumpyPol
 from rlplat import core
 
 
-
 class IMPALAVectorActor(core.WeightPuller):
     """A ``rlplat.vector_loop.VectorActor`` sampling IMPALA's behaviour policy for K environments.
 

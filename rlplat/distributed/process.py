@@ -69,8 +69,7 @@ def setup_worker(intra_op_threads: int = 1, inter_op_threads: int = 1, hide_gpus
       num_cpu_replicas: split the CPU into this many logical devices (a learner
         replicating over CPUs); ignored when a GPU is visible.
     """
-    for name, value in _ONE_THREAD.items():
-        os.environ.setdefault(name, value)  # for anything that reads them late
+    setup_light_worker()  # the BLAS/OpenMP limits, for anything that reads them late
     from rlplat.utils import tf_setup  # pylint: disable=g-import-not-at-top
 
     tf = tf_setup.import_tensorflow()
