@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import weakref
 from typing import Any
 
 from rlplat.replay import errors as replay_errors
@@ -31,7 +32,11 @@ class CallRunner:
     """Runs calls on one daemon helper thread so the caller can time out.
 
     A persistent thread (not a ThreadPoolExecutor, whose threads are joined at
-    interpreter exit and would hang it) costs ~20 us per call.
+    interpreter exit and would hang it) costs ~20 us per call. The thread
+    holds nothing of its owner between calls and ends when the runner is
+    garbage: a parked thread that kept the last call (a learner's bound step,
+    hence its replay iterator) would keep every learner of a long-lived
+    process alive, to be freed at some later, arbitrary garbage collection.
     """
 
     def __init__(self):
@@ -39,14 +44,20 @@ class CallRunner:
         self._thread = None  # Started on the first call: in-memory learners never need it.
         self._hung = False
 
-    def _loop(self) -> None:
+    @staticmethod
+    def _loop(calls: "queue.Queue") -> None:
         while True:
-            fn, done, box = self._calls.get()
+            item = calls.get()
+            if item is None:  # the runner was garbage-collected
+                return
+            fn, done, box = item
+            del item
             try:
                 box.append((True, fn()))
             except BaseException as e:  # pylint: disable=broad-except
                 box.append((False, e))
             done.set()
+            del fn, done, box  # the caller owns the result; this frame must not keep it
 
     def run(self, fn, timeout_s: float, on_timeout) -> Any:
         """``fn()``; every ``timeout_s`` without a result calls ``on_timeout()``.
@@ -57,8 +68,10 @@ class CallRunner:
         if self._hung:
             raise RuntimeError("an earlier learner call never returned; this learner is unusable")
         if self._thread is None:
-            self._thread = threading.Thread(target=self._loop, name="learner-step", daemon=True)
+            self._thread = threading.Thread(target=CallRunner._loop, args=(self._calls,),
+                                            name="learner-step", daemon=True)
             self._thread.start()
+            weakref.finalize(self, self._calls.put, None)
         done, box = threading.Event(), []
         self._calls.put((fn, done, box))
         while not done.wait(timeout_s):
