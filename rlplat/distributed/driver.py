@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Any, Dict, Optional
@@ -92,6 +93,8 @@ class Driver:
             mark = time.monotonic()
             self._finish(self.layout.stop_timeout_s, final_eval=True)
             self.phases["finish_s"] = time.monotonic() - mark
+            # The driver needs no TensorFlow (~2.5 CPU-s per run); the record keeps that true.
+            placement.update_run_info(self.logdir, {"driver_tensorflow": "tensorflow" in sys.modules})
         except RunInterrupted:
             self._stop_on_signal()
             raise
@@ -202,9 +205,9 @@ class Driver:
             return
         items, path = int(restore["replay_restored_items"]), restore["replay_restored_from"]
         if path is not None:
-            from rlplat.replay import checkpoints  # pylint: disable=g-import-not-at-top
+            from rlplat.utils import checkpoint_files  # pylint: disable=g-import-not-at-top  (no TF)
 
-            step = checkpoints.step_of(path)
+            step = checkpoint_files.step_of(path.rstrip("/"))
             older = "" if step == self.restored_step else f", older than learner step {self.restored_step:,}"
             self.console.message(f"replay: restored {items:,} items from {path} (step {step:,}{older})")
         elif self.restored_step is not None:

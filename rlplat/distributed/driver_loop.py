@@ -323,15 +323,9 @@ class ControlLoop(ActorCare):
         With replay shards the counts are the sums over all of them (the run's
         samples-per-insert), and ``replay_shards`` holds each shard's own.
         """
-        from rlplat.replay import errors as replay_errors  # pylint: disable=g-import-not-at-top
-
-        answers = replay_errors.probe_shards(self.workers.replay_address, timeout_s)
-        if answers is None:
+        per_shard = self._replay_counts(timeout_s)
+        if per_shard is None:
             return False
-        per_shard = [{"replay_size": sum(i.current_size for i in infos.values()),
-                      "replay_inserts": sum(i.rate_limiter_info.insert_stats.completed for i in infos.values()),
-                      "replay_samples": sum(i.rate_limiter_info.sample_stats.completed for i in infos.values())}
-                     for infos in answers]
         size, inserts, samples = (sum(shard[key] for shard in per_shard)
                                   for key in ("replay_size", "replay_inserts", "replay_samples"))
         previous = self.replay_stats
@@ -349,6 +343,25 @@ class ControlLoop(ActorCare):
         stats["samples_per_insert_recent"] = d_samples / d_inserts if d_inserts > 0 else math.nan
         self.replay_stats = stats
         return True
+
+    def _replay_counts(self, timeout_s: float) -> Optional[List[Dict[str, int]]]:
+        """Each server's counts, as the learner reads them; None: no answer within ~``timeout_s``.
+
+        The learner reaches every shard already; asking it keeps Reverb, and
+        with it TensorFlow (~2.5 CPU-s to import), out of the driver.
+        """
+        learner = self.workers.learner
+        if learner is None:
+            return None
+        ref = learner.replay_counts.remote(timeout_s)
+        # The learner's own probe is bounded by timeout_s; the margin is for the Ray call.
+        ready, _ = ray.wait([ref], timeout=timeout_s + 5.0)
+        if not ready:
+            return None
+        try:
+            return ray.get(ref, timeout=1.0)
+        except (ray.exceptions.RayError, TimeoutError):  # the learner's process is gone or failing
+            return None
 
     def _check_replay_alive(self) -> None:
         if self.workers.replay_address is None:

@@ -298,6 +298,10 @@ class LearnerGroup:
         """The chief's ``make_evaluation_actor``."""
         return self._chief_call("make_evaluation_actor", int(seed))
 
+    def replay_counts(self, timeout_s: float):
+        """The chief's ``replay_counts``."""
+        return self._chief_call("replay_counts", float(timeout_s))
+
     def _chief_call(self, method: str, *args):
         if self._failed:
             raise LearnerGroupError(self._failed)

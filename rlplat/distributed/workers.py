@@ -422,14 +422,20 @@ class LearnerWorker:
                 "eager": self._replicator.eager,
                 "replay_restore": self._replay_restore}
 
-    def _replay_inserts(self) -> Optional[int]:
-        """Completed inserts of every table (None if the server did not answer)."""
+    def replay_counts(self, timeout_s: float) -> Optional[List[Dict[str, int]]]:
+        """Each replay server's items, inserts and samples (``replay.errors.shard_counts``).
+
+        The driver asks here instead of probing Reverb itself, which would
+        import Reverb and with it TensorFlow into the driver.
+        """
         from rlplat.replay import errors as replay_errors  # pylint: disable=g-import-not-at-top
 
-        answers = replay_errors.probe_shards(self._learner_address, 10.0)
-        if answers is None:
-            return None
-        return int(sum(i.rate_limiter_info.insert_stats.completed for infos in answers for i in infos.values()))
+        return replay_errors.shard_counts(self._learner_address, timeout_s)
+
+    def _replay_inserts(self) -> Optional[int]:
+        """Completed inserts of every table (None if the server did not answer)."""
+        counts = self.replay_counts(10.0)
+        return None if counts is None else sum(shard["replay_inserts"] for shard in counts)
 
     def _devices(self) -> List[str]:
         try:

@@ -26,11 +26,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from rlplat.launch import agent_registry
 from rlplat.launch.common import UsageError
+from rlplat.utils.checkpoint_files import latest_checkpoint
 
 CHECKPOINT_SUBDIR = "checkpoints"
 # What a run writes into its directory; any of them means "a run was here".
@@ -38,27 +38,6 @@ RUN_ENTRIES = ("checkpoints", "replay_checkpoints", "metrics.jsonl", "tb", "conf
                "run_info.json")
 # Builder class names in run_info.json -> agent (the `rlplat train` sub-command).
 # ------------------------------------------------------------------ logdir
-def latest_checkpoint(directory: str) -> Optional[str]:
-    """The newest checkpoint prefix in ``directory``, as ``tf.train.latest_checkpoint`` finds it.
-
-    Reads the ``checkpoint`` state file that ``tf.train.CheckpointManager``
-    keeps, and requires the checkpoint's ``.index`` file, without importing
-    TensorFlow.
-    """
-    try:
-        with open(os.path.join(directory, "checkpoint"), encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError):
-        return None
-    match = re.search(r'^model_checkpoint_path:\s*"(.*)"\s*$', text, re.MULTILINE)
-    if not match or not match.group(1):
-        return None
-    path = match.group(1)
-    if not os.path.isabs(path):
-        path = os.path.join(directory, path)
-    return path if os.path.isfile(path + ".index") else None
-
-
 def check_logdir(logdir: str, resume: bool) -> None:
     """Refuses a ``--logdir`` the run could not use, or one it would damage.
 

@@ -328,12 +328,9 @@ def layout_kwargs_from_args(args: argparse.Namespace) -> Dict[str, Any]:
 def _run_on_ray(args: argparse.Namespace, logdir: str, make_builder: Callable[[], Any],
                 layout_overrides: Optional[Dict[str, Any]]):
     """``run_on_ray`` with the run flags: its summary, or an exit code when it failed."""
-    # TensorFlow through the filter of its harmless import-time lines (the
-    # run imports it anyway), then Ray: usage errors found earlier are
-    # reported before paying for either.
-    from rlplat.utils import tf_setup  # pylint: disable=g-import-not-at-top
-
-    tf_setup.import_tensorflow()
+    # Ray only now: usage errors found earlier are reported before paying for
+    # it. The driver itself needs no TensorFlow (its TensorBoard writer is
+    # TF-free); the workers import it in their own processes.
     from rlplat.distributed import cluster  # pylint: disable=g-import-not-at-top
     from rlplat.distributed.errors import RunFailedError, RunInterrupted  # pylint: disable=g-import-not-at-top
     from rlplat.runners import RayLayoutConfig, run_on_ray  # pylint: disable=g-import-not-at-top

@@ -138,9 +138,6 @@ def run(args: argparse.Namespace) -> int:
 
 def _run(args, module, sweep_dir: str, prepared, trial_cpus: float) -> int:
     from rlplat.launch import rl_run  # pylint: disable=g-import-not-at-top
-    from rlplat.utils import tf_setup  # pylint: disable=g-import-not-at-top
-
-    tf_setup.import_tensorflow()
     from rlplat.distributed import cluster  # pylint: disable=g-import-not-at-top
     from rlplat.distributed import sweep  # pylint: disable=g-import-not-at-top
     from rlplat.distributed.layout_config import RayLayoutConfig  # pylint: disable=g-import-not-at-top

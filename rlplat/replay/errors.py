@@ -40,6 +40,21 @@ def probe_shards(address: str, timeout_s: float) -> Optional[List[Dict[str, reve
     return answers
 
 
+def shard_counts(address: str, timeout_s: float) -> Optional[List[Dict[str, int]]]:
+    """Per server of ``address``: its items, completed inserts and samples, all tables summed.
+
+    Plain integers, so a process with Reverb can answer for one without it
+    (the Ray driver asks the learner). None if any server did not answer.
+    """
+    answers = probe_shards(address, timeout_s)
+    if answers is None:
+        return None
+    return [{"replay_size": int(sum(i.current_size for i in infos.values())),
+             "replay_inserts": int(sum(i.rate_limiter_info.insert_stats.completed for i in infos.values())),
+             "replay_samples": int(sum(i.rate_limiter_info.sample_stats.completed for i in infos.values()))}
+            for infos in answers]
+
+
 def server_unreachable(address: str, timeout_s: float) -> ReplayTimeoutError:
     """The error raised whenever the server itself does not answer."""
     return ReplayTimeoutError(

@@ -63,6 +63,7 @@ from rlplat import replay_shards
 from rlplat.distributed import counters
 from rlplat.distributed.layout_config import RayLayoutConfig
 from rlplat.experiment import Experiment, RunResult
+from rlplat.utils import checkpoint_files
 
 
 def run_on_ray(experiment: Experiment, layout: Optional[RayLayoutConfig] = None, *,
@@ -111,19 +112,11 @@ def run_on_ray(experiment: Experiment, layout: Optional[RayLayoutConfig] = None,
 
 def check_logdir(logdir: str, resume: bool) -> Optional[int]:
     """Refuses to resume from nothing or to overwrite a run; returns the step to resume."""
-    from rlplat.utils import checkpointing  # pylint: disable=g-import-not-at-top
-
     directory = os.path.join(logdir, counters.CHECKPOINT_SUBDIR)
-    latest = _latest_checkpoint(directory)
+    latest = checkpoint_files.latest_checkpoint(directory)
     if resume and latest is None:
         raise ValueError(f"--resume found no checkpoint in {directory}; check --logdir or drop --resume")
     if not resume and latest is not None:
         raise ValueError(f"{logdir} already holds a run with checkpoints; pass --resume to continue it "
                          "or choose a new --logdir")
-    return checkpointing.step_of(latest) if latest else None
-
-
-def _latest_checkpoint(directory: str) -> Optional[str]:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-    return tf.train.latest_checkpoint(directory) if os.path.isdir(directory) else None
+    return checkpoint_files.step_of(latest) if latest else None

@@ -23,7 +23,6 @@ the first place; this is the last line.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 from typing import List, Optional
@@ -31,8 +30,8 @@ from typing import List, Optional
 import numpy as np
 import tensorflow as tf
 
-_PREFIX = "ckpt"
-_STEP_RE = re.compile(rf"{_PREFIX}-(\d+)$")
+from rlplat.utils.checkpoint_files import PREFIX as _PREFIX
+from rlplat.utils.checkpoint_files import step_of  # noqa: F401  (one import for writers and readers)
 
 
 class Checkpointer:
@@ -122,11 +121,3 @@ def first_nonfinite_variable(root) -> Optional[str]:
         if not np.all(np.isfinite(obj.numpy())):
             return obj.name
     return None
-
-
-def step_of(path: str) -> int:
-    """The step of a ``.../ckpt-<step>`` checkpoint path."""
-    match = _STEP_RE.search(path)
-    if match is None:
-        raise ValueError(f"{path!r} is not a Checkpointer checkpoint (ckpt-<step>)")
-    return int(match.group(1))

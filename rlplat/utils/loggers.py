@@ -3,7 +3,8 @@
 One ``MetricsLogger`` per role (learner, evaluator, actor_3, ...):
 
 - TensorBoard: one event-file writer per role under ``<logdir>/tb/<role>``,
-  so TensorBoard shows each role as its own run.
+  so TensorBoard shows each role as its own run (``tb_events``: no
+  TensorFlow needed, so the Ray driver does not import it).
 - JSONL: one JSON object per line in ``<logdir>/metrics.jsonl``, shared by
   all roles of the run: ``{"step": 300, "wall_time": 1.7e9, "role":
   "learner", "loss": 0.05, ...}``. Each record is one ``write`` to a file
@@ -29,7 +30,8 @@ import time
 from typing import Any, Callable, Dict, Mapping, Optional
 
 import numpy as np
-import tensorflow as tf
+
+from rlplat.utils import tb_events
 
 JSONL_NAME = "metrics.jsonl"
 
@@ -46,7 +48,7 @@ class MetricsLogger:
         self.role = role
         self._print = print_fn if console else None
         os.makedirs(logdir, exist_ok=True)
-        self._writer = tf.summary.create_file_writer(os.path.join(logdir, "tb", role)) if tensorboard else None
+        self._writer = tb_events.EventFileWriter(os.path.join(logdir, "tb", role)) if tensorboard else None
         self.jsonl_path = os.path.join(logdir, JSONL_NAME) if jsonl else None
         self._jsonl = None
         if self.jsonl_path:
@@ -61,10 +63,10 @@ class MetricsLogger:
         step = int(step)
         values = {name: _to_python(value) for name, value in metrics.items()}
         if self._writer is not None:
-            with self._writer.as_default():
-                for name, value in values.items():
-                    if isinstance(value, (int, float)) and not isinstance(value, bool):
-                        tf.summary.scalar(name, value, step=step)
+            for name, value in values.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    self._writer.scalar(name, value, step)
+            self._writer.flush()
         if self._jsonl is not None:
             record = {"step": step, "wall_time": time.time(), "role": self.role, **values}
             self._jsonl.write(json.dumps(record) + "\n")
@@ -76,16 +78,14 @@ class MetricsLogger:
     def write_text(self, name: str, markdown: str, step: int = 0) -> None:
         """A TensorBoard text summary (rendered as Markdown in its Text tab); no JSONL line."""
         if self._writer is not None:
-            with self._writer.as_default():
-                tf.summary.text(name, markdown, step=int(step))
+            self._writer.text(name, markdown, int(step))
             self._writer.flush()
 
     def write_image(self, name: str, image, step: int) -> None:
         """One uint8 image ``[H, W, C]`` (C = 1 or 3) in TensorBoard's Images tab."""
         if self._writer is None:
             return
-        with self._writer.as_default():
-            tf.summary.image(name, np.asarray(image, np.uint8)[None], step=int(step))
+        self._writer.image(name, np.asarray(image, np.uint8), int(step))
         self._writer.flush()
 
     def write_gif(self, name: str, gif: bytes, step: int) -> None:
@@ -96,11 +96,7 @@ class MetricsLogger:
 
         with Image.open(io.BytesIO(gif)) as image:
             width, height = image.size
-        summary = tf.compat.v1.Summary(value=[tf.compat.v1.Summary.Value(
-            tag=name, image=tf.compat.v1.Summary.Image(
-                height=height, width=width, colorspace=3, encoded_image_string=gif))])
-        with self._writer.as_default():
-            tf.summary.experimental.write_raw_pb(summary.SerializeToString(), step=int(step))
+        self._writer.encoded_image(name, gif, width, height, int(step))
         self._writer.flush()
 
     def flush(self) -> None:
@@ -199,7 +195,7 @@ def _ends_with_newline(path: str) -> bool:
 
 
 def _to_python(value: Any) -> Any:
-    if isinstance(value, (tf.Tensor, tf.Variable)):
+    if callable(getattr(value, "numpy", None)):  # an eager tensor or variable, without importing TF
         value = value.numpy()
     if isinstance(value, np.ndarray):
         if value.size != 1:

@@ -55,6 +55,10 @@ def test_short_run_on_two_learner_replicas_writes_everything_and_resumes(tmp_pat
     with open(os.path.join(logdir, "run_info.json")) as f:
         info = json.load(f)
     assert info["config"]["agent"]["max_policy_lag"] == 50
+    # The driver imports no TensorFlow: its TensorBoard writer is TF-free and the
+    # learner reads the replay counts for it (they still reach the logs).
+    assert info["driver_tensorflow"] is False
+    assert any(r["role"] == "learner" and r.get("replay_inserts", 0) > 0 for r in records)
     checkpoints = os.listdir(os.path.join(logdir, "checkpoints"))
     assert any(name.endswith(".index") for name in checkpoints)
 

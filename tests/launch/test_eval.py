@@ -6,6 +6,7 @@ before TensorFlow is imported (a stand-in ``tensorflow`` that fails on import
 is first on the path). The end-to-end case trains a real, tiny D4PG run.
 """
 
+import json
 import os
 import re
 
@@ -82,6 +83,10 @@ def tiny_run(tmp_path_factory):
     logdir = base / "run"
     result, _ = run_rlplat_as_user(*TINY_D4PG, "--logdir", str(logdir), cwd=str(base), timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
+    # What a user's terminal shows: no TensorFlow start-up lines (the driver imports none).
+    assert "register cuDNN factory" not in result.stdout + result.stderr, result.stderr[-3000:]
+    with open(logdir / "run_info.json", encoding="utf-8") as f:
+        assert json.load(f)["driver_tensorflow"] is False
     return str(logdir)
 
 

@@ -95,3 +95,53 @@ def test_write_text_puts_the_markdown_in_the_roles_tensorboard_events(tmp_path):
     assert texts == [(7, "config", "| a | b |")]
     # Text is for TensorBoard only: the metrics file stays one record per scalar write.
     assert loggers.read_jsonl(str(tmp_path / loggers.JSONL_NAME)) == []
+
+
+def _values(logdir, role):
+    out = []
+    for path in sorted(glob.glob(os.path.join(logdir, "tb", role, "events.out.tfevents.*"))):
+        for event in tf.compat.v1.train.summary_iterator(path):
+            out += [(event.step, value) for value in event.summary.value]
+    return out
+
+
+def test_images_read_back_through_tensorflow_pixel_for_pixel(tmp_path):
+    rng = np.random.default_rng(0)
+    gray = rng.integers(0, 256, (5, 7, 1), dtype=np.uint8)
+    rgb = rng.integers(0, 256, (4, 3, 3), dtype=np.uint8)
+    with loggers.MetricsLogger(str(tmp_path), "evaluator", jsonl=False) as log:
+        log.write_image("gray", gray, 3)
+        log.write_image("rgb", rgb, 4)
+    seen = {}
+    for step, value in _values(str(tmp_path), "evaluator"):
+        assert value.metadata.plugin_data.plugin_name == "images"
+        width, height, png = tf.make_ndarray(value.tensor)
+        seen[value.tag] = (step, int(width), int(height), tf.image.decode_png(png).numpy())
+    assert seen["gray"][:3] == (3, 7, 5) and np.array_equal(seen["gray"][3], gray)
+    assert seen["rgb"][:3] == (4, 3, 4) and np.array_equal(seen["rgb"][3], rgb)
+
+
+def test_scalars_are_tagged_for_the_scalars_plugin_and_an_event_file_is_whole(tmp_path):
+    with loggers.MetricsLogger(str(tmp_path), "learner", jsonl=False) as log:
+        log.write(1, {"loss": 1.5, "flag": True, "name": "x"})  # only real numbers become scalars
+    values = _values(str(tmp_path), "learner")
+    assert [(s, v.tag, v.metadata.plugin_data.plugin_name, float(tf.make_ndarray(v.tensor)))
+            for s, v in values] == [(1, "loss", "scalars", 1.5)]
+    # Two loggers of one role in one second (a resume) write two files, never one shared one.
+    with loggers.MetricsLogger(str(tmp_path), "learner", jsonl=False) as log:
+        log.write(2, {"loss": 0.5})
+    assert len(glob.glob(os.path.join(tmp_path, "tb", "learner", "events.*"))) == 2
+    assert [s for s, _ in _values(str(tmp_path), "learner")] == [1, 2]
+
+
+def test_the_logger_imports_no_tensorflow():
+    import subprocess  # pylint: disable=g-import-not-at-top
+    import sys  # pylint: disable=g-import-not-at-top
+
+    code = ("import sys, tempfile\nfrom rlplat.utils import loggers\n"
+            "with loggers.make_logger(tempfile.mkdtemp(), 'learner') as log:\n"
+            "    log.write(1, {'loss': 1.0}); log.write_text('config', '| a |')\n"
+            "print('tensorflow' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
