@@ -3,17 +3,16 @@
 # Extra arguments go to pytest, e.g. scripts/test.sh tests/envs -k seed.
 # --fast: the quick lane (pure logic and quick real-component tests, under 3 minutes
 # on 2 cores): every test not marked `slow` or `multiprocess` (see pyproject.toml).
-# RLPLAT_TEST_WORKERS=N runs the tests on N pytest-xdist workers, a module's
-# tests on one worker (tests/conftest.py); the default, 0, runs them in this
-# process. On 2 cores (AMD EPYC, 2026-11-26, fresh clones) two workers took
-# 1092 s against 1292 s in one process (885 tests, one run each): the serial run
-# leaves ~40% of the CPU idle (Ray start-up waits, polls); not yet the default,
-# as one parallel run is too little evidence that no test depends on load.
+# Tests run on RLPLAT_TEST_WORKERS pytest-xdist workers (default 2), a module's
+# tests on one worker (tests/conftest.py); RLPLAT_TEST_WORKERS=0 runs them in
+# this process. Measured on 2 cores (AMD EPYC, fresh clones, one run each):
+# 1181-1256 s in one process (38% of the CPU idle: Ray start-up waits, polls,
+# timeouts under test) against 878 s on two workers (15% idle), 2026-11-26.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV="${RLPLAT_VENV:-.venv}"
 export MUJOCO_GL="${MUJOCO_GL:-osmesa}" TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
-workers="${RLPLAT_TEST_WORKERS:-0}"
+workers="${RLPLAT_TEST_WORKERS:-2}"
 args=()
 if [ "$workers" != 0 ]; then args+=(-n "$workers" --dist loadgroup); fi
 for arg in "$@"; do

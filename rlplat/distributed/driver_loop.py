@@ -354,8 +354,9 @@ class ControlLoop(ActorCare):
         if learner is None:
             return None
         ref = learner.replay_counts.remote(timeout_s)
-        # The learner's own probe is bounded by timeout_s; the margin is for the Ray call.
-        ready, _ = ray.wait([ref], timeout=timeout_s + 5.0)
+        # The learner's own probe is bounded by timeout_s; the margin is for the
+        # Ray call. In slices, so a signal is acted on meanwhile.
+        ready, _ = self.calls.wait([ref], 1, timeout_s + 5.0)
         if not ready:
             return None
         try:
