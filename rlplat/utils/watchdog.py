@@ -35,8 +35,8 @@ class CallRunner:
     interpreter exit and would hang it) costs ~20 us per call. The thread
     holds nothing of its owner between calls and ends when the runner is
     garbage: a parked thread that kept the last call (a learner's bound step,
-    hence its replay iterator) would keep every learner of a long-lived
-    process alive, to be freed at some later, arbitrary garbage collection.
+    hence its replay iterator) would keep every learner a long-lived process
+    (pytest, a notebook) ever built alive for good.
     """
 
     def __init__(self):
