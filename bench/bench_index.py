@@ -152,6 +152,13 @@ def _envpool(d: Dict[str, Any]) -> List[str]:
     return lines
 
 
+def _bc_noise(d: Dict[str, Any]) -> List[str]:
+    teachers = sorted({r["teacher_seed"] for r in d["rows"]})
+    return [f"rollout_noise {noise}: {s['below_bar_at_end']}/{s['students']} students below {d['bar']:g} x their "
+            f"teacher at the end, {s['below_bar_at_any_eval']} at some evaluation; worst final ratio "
+            f"{_fmt(s['worst_final_ratio'])} ({len(teachers)} teachers)" for noise, s in d["summary"].items()]
+
+
 # bench module -> (result JSON, headline extractor). A bench without a result
 # yet is listed with "no result yet".
 BENCHES: Dict[str, tuple] = {
@@ -167,6 +174,7 @@ BENCHES: Dict[str, tuple] = {
     "replay_capacity": ("replay_capacity.json", _replay_capacity),
     "scaling": ("scaling.json", _scaling),
     "envpool_eval": ("envpool_eval.json", _envpool),
+    "bc_rollout_noise": ("bc_rollout_noise.json", _bc_noise),
 }
 
 

@@ -78,15 +78,28 @@ def make_input_fn(dataset: core.OfflineDataset, global_batch_size: int, seed: in
     return input_fn
 
 
-def record_episodes(environment: Any, actor: core.Actor,
-                    num_episodes: int) -> Tuple[Dict[str, np.ndarray], List[float]]:
+def record_episodes(environment: Any, actor: core.Actor, num_episodes: int, action_noise: float = 0.0,
+                    seed: int = 0) -> Tuple[Dict[str, np.ndarray], List[float]]:
     """Runs ``actor`` for ``num_episodes`` whole episodes; returns its steps as a data set, and the returns.
 
     The data set has one row per step: ``observation`` [N, O] and the
     ``action`` [N, A] the actor chose there (float32). The actor is told
     nothing (no ``observe``): it acts, e.g. a teacher's greedy actor.
+
+    ``action_noise`` > 0 steps the environment with the chosen action plus
+    Gaussian noise of that standard deviation (``seed``'s stream), clipped to
+    the action spec's bounds, while the row keeps the clean action: the
+    data then covers states just off the actor's own path, labelled with
+    how it would act there (Laskey et al. 2017, "DART"), which is what a
+    clone needs to recover from its own small errors. The returns are
+    those of the noisy episodes.
     """
     num_episodes = _check_int("num_episodes", num_episodes, 1)
+    if not action_noise >= 0:
+        raise ValueError(f"action_noise must be >= 0 (got {action_noise!r})")
+    spec = environment.action_spec()
+    low, high = getattr(spec, "minimum", -np.inf), getattr(spec, "maximum", np.inf)
+    rng = np.random.default_rng(seed)
     observations: List[np.ndarray] = []
     actions: List[np.ndarray] = []
     returns: List[float] = []
@@ -95,7 +108,11 @@ def record_episodes(environment: Any, actor: core.Actor,
         while not timestep.last():
             observations.append(np.array(timestep.observation, np.float32))
             actions.append(np.array(actor.select_action(timestep.observation), np.float32))
-            timestep = environment.step(actions[-1])
+            executed = actions[-1]
+            if action_noise > 0:
+                noise = rng.normal(0.0, action_noise, executed.shape)
+                executed = np.clip(executed + noise, low, high).astype(np.float32)
+            timestep = environment.step(executed)
             total += float(timestep.reward or 0.0)
         returns.append(total)
     return {"observation": np.stack(observations), "action": np.stack(actions)}, returns

@@ -91,6 +91,22 @@ def test_record_episodes_keeps_each_step_and_the_returns():
     assert returns == [1.5, 1.5]
 
 
+def test_record_episodes_with_action_noise_steps_noised_clipped_actions_and_keeps_the_clean_ones():
+    """_Line's reward is the executed action: the returns show what was stepped, the rows what was chosen."""
+    dataset, returns = offline.record_episodes(_Line(3), _Doubler(), 2, action_noise=1.0, seed=1)
+    np.testing.assert_array_equal(dataset["action"][:, 0], [0, 0.5, 1, 0, 0.5, 1])
+    noise = np.random.default_rng(1).normal(0.0, 1.0, (6, 1))
+    executed = np.clip(dataset["action"] + noise, -1.0, 1.0)[:, 0]
+    np.testing.assert_allclose(returns, [executed[:3].sum(), executed[3:].sum()], rtol=1e-6)
+    assert returns[0] != returns[1] and np.abs(executed).max() == 1.0  # noised per step, and clipped to the spec
+    assert offline.record_episodes(_Line(3), _Doubler(), 2, action_noise=1.0, seed=1)[1] == returns
+
+
+def test_record_episodes_refuses_negative_noise():
+    with pytest.raises(ValueError, match="action_noise"):
+        offline.record_episodes(_Line(3), _Doubler(), 1, action_noise=-0.1)
+
+
 @pytest.mark.parametrize("changes, message", [
     (dict(num_learner_steps=0), "num_learner_steps"), (dict(eval_every=0), "eval_every"),
     (dict(eval_episodes=-1), "eval_episodes"), (dict(seed=1.5), "seed")])

@@ -11,7 +11,7 @@ from rlplat import core, evaluation, offline, specs  # none of them imports Tens
 
 def teacher_rollouts(config: BCConfig, environment_factory: core.EnvironmentFactory,
                      seed: int) -> Tuple[core.OfflineDataset, List[float]]:
-    """``teacher_episodes`` greedy teacher episodes: (observation, action) rows, and their returns.
+    """``teacher_episodes`` teacher episodes, noised (``rollout_noise``): (observation, greedy action) rows, returns.
 
     Loaded as ``rlplat eval`` loads a run (``rlplat.evaluation``): builder, policy alone, greedy actor.
     """
@@ -22,7 +22,7 @@ def teacher_rollouts(config: BCConfig, environment_factory: core.EnvironmentFact
         spec = specs.make_environment_spec(environment)
         source = evaluation.restore_policy(teacher, spec, prefix, step)
         actor = teacher.make_actor(spec, source, None, 0, seed, evaluation=True)
-        return offline.record_episodes(environment, actor, config.teacher_episodes)
+        return offline.record_episodes(environment, actor, config.teacher_episodes, config.rollout_noise, seed)
     finally:
         environment.close()
 

@@ -15,6 +15,7 @@ class BCConfig:
     teacher_logdir: str  # a D4PG run directory: config.json, run_info.json, checkpoints/
     teacher_checkpoint: Optional[int] = None  # its learner step to load; None: the newest checkpoint
     teacher_episodes: int = 10  # greedy teacher episodes recorded as the data set
+    rollout_noise: float = 0.2  # their executed actions get N(0, this) added; rows keep the clean ones
     global_batch_size: int = 256  # (observation, action) pairs per step, over all replicas
     learning_rate: float = 1e-3  # Adam
     layer_sizes: Tuple[int, ...] = (256, 256)  # the student's torso (D4PG's policy network)
@@ -31,6 +32,7 @@ class BCConfig:
         for name in counts:
             need(getattr(self, name) >= 1, name, "must be >= 1")
         need(self.teacher_checkpoint is None or self.teacher_checkpoint >= 0, "teacher_checkpoint", "must be >= 0")
-        fields.check_floats(self, ("learning_rate",))
+        fields.check_floats(self, ("learning_rate", "rollout_noise"))
         need(self.learning_rate > 0, "learning_rate", "must be > 0 (e.g. 1e-3)")
+        need(self.rollout_noise >= 0, "rollout_noise", "must be >= 0 (0: the teacher's greedy path only)")
         fields.check_layer_sizes(self, ("layer_sizes",), "256,256")

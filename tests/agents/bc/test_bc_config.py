@@ -14,8 +14,8 @@ def test_defaults_and_normalisation():
     assert cfg.learning_rate == 1.0 and isinstance(cfg.learning_rate, float)
     assert cfg.layer_sizes == (32, 16)  # lists are stored as tuples: the config stays hashable
     assert hash(cfg) == hash(BCConfig(teacher_logdir="runs/teacher", learning_rate=1.0, layer_sizes=(32, 16)))
-    assert (cfg.teacher_checkpoint, cfg.teacher_episodes, cfg.global_batch_size, cfg.steps_per_call) == (
-        None, 10, 256, 50)
+    assert (cfg.teacher_checkpoint, cfg.teacher_episodes, cfg.global_batch_size, cfg.steps_per_call,
+            cfg.rollout_noise) == (None, 10, 256, 50, 0.2)
 
 
 @pytest.mark.parametrize("changes, flag", [
@@ -30,6 +30,8 @@ def test_defaults_and_normalisation():
     (dict(learning_rate=0.0), "--learning-rate"),
     (dict(learning_rate=float("nan")), "--learning-rate"),
     (dict(learning_rate="1e-3"), "--learning-rate"),
+    (dict(rollout_noise=-0.1), "--rollout-noise"),
+    (dict(rollout_noise=float("nan")), "--rollout-noise"),
     (dict(layer_sizes=()), "--layer-sizes"),
     (dict(layer_sizes=(64, 0)), "--layer-sizes"),
     (dict(layer_sizes="64,64"), "--layer-sizes"),
