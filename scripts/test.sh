@@ -4,19 +4,22 @@
 # --fast: the quick lane (pure logic and quick real-component tests, under 3 minutes
 # on 2 cores): every test not marked `slow` or `multiprocess` (see pyproject.toml).
 # RLPLAT_TEST_WORKERS=N runs the tests on N pytest-xdist workers, a module's
-# tests on one worker (tests/conftest.py); the default, 0, runs them in this
-# process. Measured on 2 cores (AMD EPYC with AVX-512, fresh clones, one run
-# each, 2026-11-26): 1181-1256 s in one process (~40% of the CPU idle: Ray
-# start-up waits, polls, timeouts under test); on two workers 878, 913 and
-# 971 s, the last with a failed BC learning test (its D4PG teacher's Reverb
-# sampling is unseeded and prefetched beside the actor, so each run trains a
-# different teacher; that one was brittle). Not the default until that test is
-# robust.
+# tests on one worker (tests/conftest.py); 0 runs them in this process. The
+# default is 2 where the machine has 2 or more cores, else 0: one process leaves
+# ~40% of 2 cores idle (Ray start-up waits, polls, timeouts under test, stalls
+# while TensorFlow frees a dataset iterator). Measured on 2 cores (AMD EPYC with
+# AVX-512, fresh clones, 2026-11-26): 1069-1256 s in one process, 878-971 s on
+# two workers. Two workers were held back once because the BC learning test
+# failed on them (a brittle teacher's student); BC now records noised teacher
+# rollouts (agents/bc/README.md): bench/bc_rollout_noise.py had 0 of 18 students
+# below the bar with them, 1 of 18 without.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV="${RLPLAT_VENV:-.venv}"
 export MUJOCO_GL="${MUJOCO_GL:-osmesa}" TF_CPP_MIN_LOG_LEVEL="${TF_CPP_MIN_LOG_LEVEL:-2}"
-workers="${RLPLAT_TEST_WORKERS:-0}"
+default_workers=0
+if [ "$(nproc 2>/dev/null || echo 1)" -ge 2 ]; then default_workers=2; fi
+workers="${RLPLAT_TEST_WORKERS:-$default_workers}"
 args=()
 if [ "$workers" != 0 ]; then args+=(-n "$workers" --dist loadgroup); fi
 for arg in "$@"; do
