@@ -196,7 +196,7 @@ def test_loopback_variant_of_local_yaml_passes_the_checks(tmp_path):
     assert "$(env -u OMP_NUM_THREADS nproc)" in config["worker_start_ray_commands"][-1]
 
 
-@pytest.mark.xdist_group("loopback-cluster")  # one test worker runs both fake clusters, in turn
+@pytest.mark.usefixtures("loopback_cluster_turn")  # one fake cluster on the machine at a time
 @pytest.mark.multiprocess
 @pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0,

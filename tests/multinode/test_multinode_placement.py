@@ -43,7 +43,7 @@ def _namespaces_work() -> bool:
 
 
 pytestmark = [
-    pytest.mark.xdist_group("loopback-cluster"),  # one test worker runs both fake clusters, in turn
+    pytest.mark.usefixtures("loopback_cluster_turn"),  # one fake cluster on the machine at a time
     pytest.mark.multiprocess,
     pytest.mark.slow,
     pytest.mark.skipif(not _namespaces_work(),
