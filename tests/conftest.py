@@ -5,8 +5,10 @@ once for the whole session; tests pick 1, 2 or 4 of them.
 """
 
 import fcntl
+import gc
 import os
 import time
+import weakref
 
 import pytest
 
@@ -20,6 +22,41 @@ from rlplat.replication import configure_cpu_replicas  # noqa: E402
 
 MAX_TEST_REPLICAS = 4
 configure_cpu_replicas(MAX_TEST_REPLICAS)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _reverb_servers_end_with_their_module():
+    """Stops every Reverb server a test module started in this process once the module is done.
+
+    A replay dataset whose sampler waits on a table's rate limiter (the
+    learner prefetches a batch nobody will insert for) cannot be deleted
+    until that wait ends: TensorFlow's iterator destructor joins its
+    prefetch thread, and Reverb's wait does not see the cancellation, so it
+    runs out its ``rate_limiter_timeout_ms`` (120 s by default). Learners
+    and servers left in reference cycles were freed by a later garbage
+    collection, in some later test, which then stalled for up to ~140 s.
+    Stopping the module's servers closes their tables, which ends such
+    waits at once; the collection right after frees what the module left.
+    """
+    import reverb  # pylint: disable=g-import-not-at-top
+
+    started = []
+    original_init = reverb.Server.__init__
+
+    def tracking_init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        started.append(weakref.ref(self))
+
+    reverb.Server.__init__ = tracking_init
+    try:
+        yield
+    finally:
+        reverb.Server.__init__ = original_init
+        for ref in started:
+            server = ref()
+            if server is not None:
+                server.stop()
+        gc.collect()
 
 
 LOOPBACK_CLUSTER_WAIT_S = 1200.0  # the longest a module waits for the other fake cluster to finish
