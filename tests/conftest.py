@@ -55,8 +55,9 @@ def _reverb_servers_end_with_their_module():
     A replay dataset whose sampler waits on a table's rate limiter (the
     learner prefetches a batch nobody will insert for) cannot be deleted
     until that wait ends: TensorFlow's iterator destructor joins its
-    prefetch thread, and Reverb's wait does not see the cancellation, so it
-    runs out its ``rate_limiter_timeout_ms`` (120 s by default). Learners
+    prefetch thread (seen with ``py-spy dump --native``), and the wait, by
+    the stall lengths seen, ignores the cancellation and runs out its
+    ``rate_limiter_timeout_ms`` (120 s by default). Learners
     and servers left in reference cycles were freed by a later garbage
     collection, in some later test, which then stalled for up to ~140 s.
     Stopping the module's servers closes their tables, which ends such
