@@ -5,8 +5,7 @@
 # on 2 cores): every test not marked `slow` or `multiprocess` (see pyproject.toml).
 # RLPLAT_TEST_WORKERS=N runs the tests on N pytest-xdist workers, each module's
 # tests on one worker (--dist loadscope: module fixtures such as a training run
-# or a cluster are built once), the modules handed out in the order
-# tests/conftest.py gives them (long ones first); 0 runs them in this process. The
+# or a cluster are built once); 0 runs them in this process. The
 # default is 2 where the machine has 2 or more cores, else 0: one process leaves
 # ~40% of 2 cores idle (Ray start-up waits, polls, timeouts under test, stalls
 # while TensorFlow frees a dataset iterator). Measured on 2 cores (AMD EPYC with
@@ -23,7 +22,7 @@ default_workers=0
 if [ "$(nproc 2>/dev/null || echo 1)" -ge 2 ]; then default_workers=2; fi
 workers="${RLPLAT_TEST_WORKERS:-$default_workers}"
 args=()
-if [ "$workers" != 0 ]; then args+=(-n "$workers" --dist loadscope --no-loadscope-reorder); fi
+if [ "$workers" != 0 ]; then args+=(-n "$workers" --dist loadscope); fi
 for arg in "$@"; do
   if [ "$arg" = "--fast" ]; then args+=(-m "not slow and not multiprocess"); else args+=("$arg"); fi
 done

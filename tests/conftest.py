@@ -24,30 +24,6 @@ MAX_TEST_REPLICAS = 4
 configure_cpu_replicas(MAX_TEST_REPLICAS)
 
 
-def pytest_collection_modifyitems(config, items):
-    """Modules that start processes run first, then the other slow ones, then the rest.
-
-    Each group keeps its collection order, and each module its own. Under
-    pytest-xdist (``scripts/test.sh``: ``--dist loadscope
-    --no-loadscope-reorder``, one module per work unit, handed out in this
-    order) the long modules start early and the quick ones fill the workers
-    in at the end, instead of one worker finishing a 90 s learning module
-    alone while the other idles (xdist's own reordering puts the modules
-    with the most tests first, which put the long one-test modules last).
-    """
-    del config
-    modules = {}
-    for item in items:
-        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
-
-    def rank(module_items):
-        if any(item.get_closest_marker("multiprocess") for item in module_items):
-            return 0
-        return 1 if any(item.get_closest_marker("slow") for item in module_items) else 2
-
-    items[:] = [item for module_items in sorted(modules.values(), key=rank) for item in module_items]
-
-
 @pytest.fixture(autouse=True, scope="module")
 def _reverb_servers_end_with_their_module():
     """Stops every Reverb server a test module started in this process once the module is done.
