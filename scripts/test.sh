@@ -7,13 +7,16 @@
 # tests on one worker (--dist loadscope: module fixtures such as a training run
 # or a cluster are built once); 0 runs them in this process. The
 # default is 2 where the machine has 2 or more cores, else 0: one process leaves
-# ~40% of 2 cores idle (Ray start-up waits, polls, timeouts under test, stalls
-# while TensorFlow frees a dataset iterator). Measured on 2 cores (AMD EPYC with
-# AVX-512, fresh clones, 2026-11-26): 1069-1256 s in one process, 878-971 s on
-# two workers. Two workers were held back once because the BC learning test
-# failed on them (a brittle teacher's student); BC now records noised teacher
-# rollouts (agents/bc/README.md): bench/bc_rollout_noise.py had 0 of 18 students
-# below the bar with them, 1 of 18 without.
+# ~40% of 2 cores idle (Ray start-up waits, polls, timeouts under test).
+# Measured on 2 cores (AMD EPYC with AVX-512, fresh clones of .ci/run, one run
+# each, 2026-11-26): 1069-1256 s in one process; on two workers 964 s while
+# --dist loadgroup was silently not grouping (module fixtures built twice),
+# then 885 s with loadscope (one 141 s stall: a learner's replay iterator freed
+# by a later test, see tests/conftest.py) and 803 s once each module stops its
+# Reverb servers. Two workers were held back once because the BC learning test
+# failed on them; BC now records noised teacher rollouts (agents/bc/README.md):
+# bench/bc_rollout_noise.py had 0 of 18 students below the bar with them, 1 of
+# 18 without.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV="${RLPLAT_VENV:-.venv}"
