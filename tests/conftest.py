@@ -24,6 +24,32 @@ MAX_TEST_REPLICAS = 4
 configure_cpu_replicas(MAX_TEST_REPLICAS)
 
 
+_started_by_test_body = []  # weak references to the servers the running test's body started
+_test_body_running = [False]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """Stops the Reverb servers a test's body started (not its fixtures') as soon as the body ends.
+
+    Why: ``_reverb_servers_end_with_their_module``; a server made in a test
+    body serves that test alone, so its waits can end with the test instead
+    of stalling a later test of the same module.
+    """
+    del item
+    _started_by_test_body.clear()
+    _test_body_running[0] = True
+    try:
+        yield
+    finally:
+        _test_body_running[0] = False
+        for ref in _started_by_test_body:
+            server = ref()
+            if server is not None:
+                server.stop()
+        _started_by_test_body.clear()
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _reverb_servers_end_with_their_module():
     """Stops every Reverb server a test module started in this process once the module is done.
@@ -47,6 +73,8 @@ def _reverb_servers_end_with_their_module():
     def tracking_init(self, *args, **kwargs):
         original_init(self, *args, **kwargs)
         started.append(weakref.ref(self))
+        if _test_body_running[0]:
+            _started_by_test_body.append(started[-1])
 
     reverb.Server.__init__ = tracking_init
     try:
