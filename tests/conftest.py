@@ -63,7 +63,10 @@ def _reverb_servers_end_with_their_module():
     and servers left in reference cycles were freed by a later garbage
     collection, in some later test, which then stalled for up to ~140 s.
     Stopping the module's servers closes their tables, which ends such
-    waits at once; the collection right after frees what the module left.
+    waits; the collection right after frees what the module left. Not the
+    whole story: once, this teardown itself took 73 s in a module whose
+    only server had already been stopped, so some other blocked producer
+    can hold a join too (not found yet).
     """
     import reverb  # pylint: disable=g-import-not-at-top
 
