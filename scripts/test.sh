@@ -13,7 +13,8 @@
 # --dist loadgroup was silently not grouping (module fixtures built twice),
 # then 885 s with loadscope (one 141 s stall: a learner's replay iterator freed
 # by a later test, see tests/conftest.py), 803 s once each module stops its
-# Reverb servers, 870 s at the next commit (one 73 s stall left, in a teardown). Two workers were held back once because the BC learning test
+# Reverb servers, 870 s at the next commit (one 73 s stall left, in a
+# teardown). Two workers were held back once because the BC learning test
 # failed on them; BC now records noised teacher rollouts (agents/bc/README.md):
 # bench/bc_rollout_noise.py had 0 of 18 students below the bar with them, 1 of
 # 18 without.

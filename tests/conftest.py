@@ -28,6 +28,14 @@ _started_by_test_body = []  # weak references to the servers the running test's 
 _test_body_running = [False]
 
 
+def _stop_servers(refs) -> None:
+    """Stops each still-alive server among the weak references ``refs`` (stopping twice is harmless)."""
+    for ref in refs:
+        server = ref()
+        if server is not None:
+            server.stop()
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_call(item):
     """Stops the Reverb servers a test's body started (not its fixtures') as soon as the body ends.
@@ -43,10 +51,7 @@ def pytest_runtest_call(item):
         yield
     finally:
         _test_body_running[0] = False
-        for ref in _started_by_test_body:
-            server = ref()
-            if server is not None:
-                server.stop()
+        _stop_servers(_started_by_test_body)
         _started_by_test_body.clear()
 
 
@@ -84,10 +89,7 @@ def _reverb_servers_end_with_their_module():
         yield
     finally:
         reverb.Server.__init__ = original_init
-        for ref in started:
-            server = ref()
-            if server is not None:
-                server.stop()
+        _stop_servers(started)
         gc.collect()
 
 
