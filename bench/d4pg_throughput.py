@@ -406,7 +406,7 @@ def measure_learner(args, plan, log):
 
     threads = plan.learner_threads
     env = dict(os.environ)
-    env.update(process.runtime_env("learner", cpu_only=True, threads=threads[0])["env_vars"])
+    env.update(process.expand(process.runtime_env("learner", cpu_only=True, threads=threads[0])["env_vars"]))
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         path = f.name
     cmd = [sys.executable, os.path.abspath(__file__), "--learner-child", path,

@@ -226,12 +226,34 @@ def _check_malloc_arenas(run):
     assert arenas.get("ray::LearnerWorker") == {default} and arenas.get("ray::ActorWorker") == {default}, arenas
 
 
+def _mapped_libraries(proc) -> set:
+    """Base names of the shared libraries ``proc`` has mapped."""
+    return {os.path.basename(m.path) for m in proc.memory_maps() if m.path.endswith(".so")}
+
+
+def _check_allocators(run):
+    """The learner runs on jemalloc with the loopback shim still first; actors keep glibc's malloc."""
+    libraries = {}
+    for proc in run.processes():
+        words = _words(proc)
+        role = next((r for r in ("ray::LearnerWorker", "ray::ActorWorker") if r in words), None)
+        if role:
+            libraries.setdefault(role, []).append((_mapped_libraries(proc), proc.environ().get("LD_PRELOAD", "")))
+    assert set(libraries) == {"ray::LearnerWorker", "ray::ActorWorker"}, libraries.keys()
+    for mapped, preload in libraries["ray::LearnerWorker"]:
+        assert {"libjemalloc.so", loopback.SHIM_NAME} <= mapped, (mapped, preload)
+        assert preload.split()[0] == loopback.shim_path(), preload
+    for mapped, preload in libraries["ray::ActorWorker"]:
+        assert loopback.SHIM_NAME in mapped and "libjemalloc.so" not in mapped, (mapped, preload)
+
+
 @pytest.mark.slow
 def test_local_run_listens_only_on_loopback_requires_a_token_and_bounds_daemon_arenas(tmp_path):
     run, gcs, _ = _check_run(tmp_path, [], expect_two_listeners=["ray::LearnerWorker"])
     try:
         _check_token_auth(run, gcs)
         _check_malloc_arenas(run)
+        _check_allocators(run)
         assert "loopback_bind.so is missing" not in run.output()
     finally:
         run.stop()
