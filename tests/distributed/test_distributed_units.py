@@ -130,3 +130,26 @@ def test_restart_knobs_and_stop_event_are_validated():
     with pytest.raises(ValueError, match="stop_event must be a threading.Event") as info:
         runners.run_on_ray(runners.Experiment(None, "cartpole:swingup"), stop_event=True)
     assert "\n" not in str(info.value)
+
+
+def test_only_a_learner_gets_jemalloc_after_what_is_preloaded_and_the_opt_out_removes_it(monkeypatch):
+    from rlplat.distributed import process  # pylint: disable=g-import-not-at-top
+
+    path = process.jemalloc_path()
+    assert path and path.endswith("ray/core/libjemalloc.so"), path  # Ray ships it; setup installs Ray
+    monkeypatch.delenv(process.ALLOCATOR_VARIABLE, raising=False)
+    learner = process.runtime_env("learner")["env_vars"]
+    assert learner["LD_PRELOAD"] == "${LD_PRELOAD} " + path
+    for role in ("actor", "evaluator", "replay", "learner-group"):
+        assert "LD_PRELOAD" not in process.runtime_env(role)["env_vars"], role
+    monkeypatch.setenv(process.ALLOCATOR_VARIABLE, "system")
+    assert "LD_PRELOAD" not in process.runtime_env("learner")["env_vars"]
+
+
+def test_expand_fills_variables_like_ray_and_empties_unset_ones():
+    from rlplat.distributed import process  # pylint: disable=g-import-not-at-top
+
+    env = {"LD_PRELOAD": "${LD_PRELOAD} /lib/j.so", "A": "${B}:${UNSET_X}:x", "C": "plain"}
+    assert process.expand(env, {"LD_PRELOAD": "/shim.so", "B": "b"}) == {
+        "LD_PRELOAD": "/shim.so /lib/j.so", "A": "b::x", "C": "plain"}
+    assert process.expand(env, {})["LD_PRELOAD"] == "/lib/j.so"
