@@ -26,6 +26,7 @@ configure_cpu_replicas(MAX_TEST_REPLICAS)
 
 _started_by_test_body = []  # weak references to the servers the running test's body started
 _test_body_running = [False]
+_outliving_fixtures_in_setup = [0]  # session/package fixtures being set up right now (nested)
 
 
 def _stop_servers(refs) -> None:
@@ -55,9 +56,25 @@ def pytest_runtest_call(item):
         _started_by_test_body.clear()
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef, request):
+    """Marks the set-up of session and package fixtures: their Reverb servers must outlive the module."""
+    del request
+    outlives = fixturedef.scope in ("session", "package")
+    _outliving_fixtures_in_setup[0] += outlives
+    try:
+        yield
+    finally:
+        _outliving_fixtures_in_setup[0] -= outlives
+
+
 @pytest.fixture(autouse=True, scope="module")
 def _reverb_servers_end_with_their_module():
     """Stops every Reverb server a test module started in this process once the module is done.
+
+    Except the servers of session- and package-scoped fixtures, which later
+    modules share (stopping one failed a later module's test, depending on
+    which module on that worker first asked for it).
 
     A replay dataset whose sampler waits on a table's rate limiter (the
     learner prefetches a batch nobody will insert for) cannot be deleted
@@ -80,6 +97,8 @@ def _reverb_servers_end_with_their_module():
 
     def tracking_init(self, *args, **kwargs):
         original_init(self, *args, **kwargs)
+        if _outliving_fixtures_in_setup[0]:
+            return  # a session fixture's server (e.g. tests/replay's): later modules still use it
         started.append(weakref.ref(self))
         if _test_body_running[0]:
             _started_by_test_body.append(started[-1])

@@ -1,0 +1,86 @@
+"""tests/conftest.py stops the Reverb servers a module started, but not a session fixture's.
+
+A made-up two-module suite that loads this repository's conftest: a
+session-scoped server is first built by module a's second test (so after the
+module's own fixtures, as happens when a module's first test does not need
+it), a module-scoped one too; module b must still reach the first and must
+find the second stopped.
+(Stopping every server a module started once failed
+``tests/replay/test_replay_server.py`` when another replay module on the same
+worker had built the shared server first.)
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+_CONFTEST = textwrap.dedent('''
+    import importlib.util
+    import pytest
+    import reverb
+
+    _spec = importlib.util.spec_from_file_location("rlplat_tests_conftest", {conftest!r})
+    _project = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_project)
+    # Hooks and fixtures are found by name in a conftest's namespace.
+    globals().update({{k: v for k, v in vars(_project).items() if k.startswith(("pytest_", "_reverb_"))}})
+
+
+    def _server():
+        return reverb.Server([reverb.Table.queue("q", 10)])
+
+
+    @pytest.fixture(scope="session")
+    def shared_server():
+        return _server()
+
+
+    @pytest.fixture(scope="module")
+    def module_server():
+        return _server()
+''')
+
+_MODULE_A = textwrap.dedent('''
+    def test_a_first():  # so that the shared server is built after the module's own fixtures
+        pass
+
+
+    def test_a(shared_server, module_server, tmp_path_factory):
+        path = tmp_path_factory.getbasetemp() / "module_a_port"
+        path.write_text(str(module_server.port))
+''')
+
+_MODULE_B = textwrap.dedent('''
+    import reverb
+    import pytest
+
+
+    def _answers(port):
+        try:
+            reverb.Client(f"127.0.0.1:{port}").server_info(timeout=3)
+            return True
+        except Exception:  # pylint: disable=broad-except
+            return False
+
+
+    def test_b(shared_server, tmp_path_factory):
+        assert _answers(shared_server.port), "the session fixture's server was stopped"
+        port = int((tmp_path_factory.getbasetemp() / "module_a_port").read_text())
+        assert not _answers(port), "module a's own server outlived its module"
+''')
+
+
+def test_a_modules_servers_stop_with_it_but_a_session_fixtures_server_does_not(tmp_path):
+    suite = tmp_path / "suite"
+    suite.mkdir()
+    (suite / "conftest.py").write_text(_CONFTEST.format(conftest=os.path.join(REPO, "tests", "conftest.py")))
+    (suite / "test_a.py").write_text(_MODULE_A)
+    (suite / "test_b.py").write_text(_MODULE_B)
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                             "--basetemp", str(tmp_path / "base"), "test_a.py", "test_b.py"],
+                            cwd=str(suite), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "3 passed" in result.stdout, result.stdout[-2000:]
