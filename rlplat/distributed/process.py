@@ -39,8 +39,18 @@ _ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THR
 WORKER_ENV_OVERRIDES: Dict[str, str] = {}
 
 
-#: "system" keeps glibc's malloc in the learner; anything else (the default) preloads jemalloc.
+#: "system" keeps glibc's malloc in the learner; "jemalloc" (the default, also when unset) preloads jemalloc.
 ALLOCATOR_VARIABLE = "RLPLAT_LEARNER_MALLOC"
+ALLOCATOR_CHOICES = ("jemalloc", "system")
+
+
+def allocator_setting_problem() -> Optional[str]:
+    """One line naming the fix when ``RLPLAT_LEARNER_MALLOC`` is set to neither choice; None when it is fine."""
+    value = os.environ.get(ALLOCATOR_VARIABLE, ALLOCATOR_CHOICES[0])
+    if value in ALLOCATOR_CHOICES:
+        return None
+    return (f"{ALLOCATOR_VARIABLE}={value!r} is not one of {', '.join(ALLOCATOR_CHOICES)}; "
+            f"set it to system for glibc's malloc in the learner, or unset it for jemalloc")
 
 
 def jemalloc_path() -> Optional[str]:
@@ -60,7 +70,7 @@ def allocator_env(role: str) -> Dict[str, str]:
     run's loopback shim must stay first); ``expand`` does the same for a
     plain subprocess.
     """
-    if role != "learner" or os.environ.get(ALLOCATOR_VARIABLE, "jemalloc") == "system":
+    if role != "learner" or os.environ.get(ALLOCATOR_VARIABLE, ALLOCATOR_CHOICES[0]) == "system":
         return {}
     path = jemalloc_path()
     return {"LD_PRELOAD": "${LD_PRELOAD} " + path} if path else {}

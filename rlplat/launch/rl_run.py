@@ -23,6 +23,7 @@ import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from rlplat import replay_shards
+from rlplat.distributed import process  # environment settings only: no Ray, no TensorFlow
 from rlplat.launch import common
 from rlplat.launch import preflight
 
@@ -151,6 +152,9 @@ def check_run_args(args: argparse.Namespace, agent: str) -> str:
     if args.allow_unauthenticated_ray and args.address is None:
         raise common.UsageError("--allow-unauthenticated-ray only applies with --address (a local "
                                 "run always uses token authentication); drop it")
+    allocator_problem = process.allocator_setting_problem()
+    if allocator_problem:
+        raise common.UsageError(allocator_problem)
     common.placement_from_args(args)
     logdir = common.check_run_flags(
         argparse.Namespace(num_replicas=args.num_learner_replicas, resume=args.resume,

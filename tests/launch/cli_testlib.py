@@ -20,14 +20,14 @@ def run_rlplat(*args, timeout=180):
                           capture_output=True, text=True, timeout=timeout)
 
 
-def run_rlplat_as_user(*args, cwd, timeout=60, extra_path=None):
+def run_rlplat_as_user(*args, cwd, timeout=60, extra_path=None, extra_env=None):
     """The `rlplat` command from a user's shell: no TF_CPP_MIN_LOG_LEVEL, no TF_CONFIG.
 
     Runs in ``cwd`` (where default run directories would land). ``extra_path``
-    goes first on PYTHONPATH (e.g. stand-in modules). Returns
-    ``(CompletedProcess, seconds)``.
+    goes first on PYTHONPATH (e.g. stand-in modules); ``extra_env`` adds
+    variables. Returns ``(CompletedProcess, seconds)``.
     """
-    env = dict(os.environ)
+    env = dict(os.environ, **(extra_env or {}))
     for key in ("TF_CPP_MIN_LOG_LEVEL", "TF_CONFIG"):
         env.pop(key, None)
     if extra_path:

@@ -37,7 +37,8 @@ SUPERVISED_RUN = ["train", "supervised", "--num-steps", "2", "--hidden-sizes", "
 
 D4PG, IMPALA, SUP = ("train", "d4pg"), ("train", "impala"), ("train", "supervised")
 
-# (case id, argv with {placeholders}, fragments the error line must contain).
+# (case id, argv with {placeholders}, fragments the error line must contain); an argv
+# may start with a dict: environment variables set for that case.
 # {run}: the D4PG run; {sup}: the supervised run; {file}: a plain file;
 # {logs}: a directory with a metrics.jsonl and no checkpoint; {base}: the test's directory.
 CASES = [
@@ -144,6 +145,9 @@ CASES = [
     ("impala-negative-lag", [*IMPALA, "--max-policy-lag", "-1"], ["--max-policy-lag"]),
     ("supervised-bad-steps", [*SUP, "--num-steps", "ten"], ["--num-steps"]),
     ("no-agent", ["train"], ["AGENT"]),
+    # the environment
+    ("unknown-learner-malloc", [{"RLPLAT_LEARNER_MALLOC": "glibc"}, *D4PG],
+     ["RLPLAT_LEARNER_MALLOC='glibc' is not one of jemalloc, system", "set it to system"]),
 ]
 
 
@@ -194,9 +198,10 @@ def world(tmp_path_factory):
 @pytest.mark.multiprocess
 @pytest.mark.parametrize("case, argv, fragments", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_is_refused_at_once_with_one_line_and_nothing_touched(world, case, argv, fragments):
-    args = [a.format(**world["places"]) for a in argv]
+    env = argv[0] if isinstance(argv[0], dict) else {}
+    args = [a.format(**world["places"]) for a in argv[1 if env else 0:]]
     before = _snapshot(world["base"])
-    result, seconds = run_rlplat_as_user(*args, cwd=world["cwd"], extra_path=world["stand_in"])
+    result, seconds = run_rlplat_as_user(*args, cwd=world["cwd"], extra_path=world["stand_in"], extra_env=env)
     world["timings"].append((case, result.returncode, seconds))
     lines = result.stderr.splitlines()
     assert NO_RAY not in result.stderr, f"{case}: Ray was imported before the input was refused"
