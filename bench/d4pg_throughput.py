@@ -405,8 +405,7 @@ def measure_learner(args, plan, log):
     from rlplat.distributed import process
 
     threads = plan.learner_threads
-    env = dict(os.environ)
-    env.update(process.expand(process.runtime_env("learner", cpu_only=True, threads=threads[0])["env_vars"]))
+    env = process.subprocess_env("learner", cpu_only=True, threads=threads[0])
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         path = f.name
     cmd = [sys.executable, os.path.abspath(__file__), "--learner-child", path,

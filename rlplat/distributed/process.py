@@ -83,6 +83,11 @@ def expand(env_vars: Mapping[str, str], base: Optional[Mapping[str, str]] = None
             for key, value in env_vars.items()}
 
 
+def subprocess_env(role: str, cpu_only: bool = True, threads: Optional[int] = None) -> Dict[str, str]:
+    """This process's environment plus ``runtime_env(role, ...)``'s variables, expanded: for a plain subprocess."""
+    return {**os.environ, **expand(runtime_env(role, cpu_only=cpu_only, threads=threads)["env_vars"])}
+
+
 def runtime_env(role: str, cpu_only: bool = True, threads: Optional[int] = None) -> Dict[str, dict]:
     """Ray ``runtime_env`` for a worker of ``role`` ("actor", "learner", ...).
 
