@@ -81,14 +81,16 @@ def _reverb_servers_end_with_their_module():
     until that wait ends: TensorFlow's iterator destructor joins its
     prefetch thread (seen with ``py-spy dump --native``), and the wait, by
     the stall lengths seen, ignores the cancellation and runs out its
-    ``rate_limiter_timeout_ms`` (120 s by default). Learners
-    and servers left in reference cycles were freed by a later garbage
-    collection, in some later test, which then stalled for up to ~140 s.
-    Stopping the module's servers closes their tables, which ends such
-    waits; the collection right after frees what the module left. Not the
-    whole story: once, this teardown itself took 73 s in a module whose
-    only server had already been stopped, so some other blocked producer
-    can hold a join too (not found yet).
+    ``rate_limiter_timeout_ms`` (120 s by default, 300 s in the D4PG
+    builder). Learners and servers left in reference cycles were freed by a
+    later garbage collection, in some later test, which then stalled for up
+    to ~140 s.
+    Stopping the module's servers and collecting right after took the
+    stalls out of most runs (the suite measured 803-885 s instead of
+    885-964 s), but it is not the mechanism's cure: a sampler blocked on a
+    rate limiter was later seen to stay blocked after ``server.stop()``, and
+    this teardown itself took 73 s and 40 s in two runs. What ends the wait
+    is Reverb's own timeout.
     """
     import reverb  # pylint: disable=g-import-not-at-top
 
