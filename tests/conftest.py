@@ -56,16 +56,29 @@ def pytest_runtest_call(item):
         _started_by_test_body.clear()
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_fixture_setup(fixturedef, request):
-    """Marks the set-up of session and package fixtures: their Reverb servers must outlive the module."""
-    del request
-    outlives = fixturedef.scope in ("session", "package")
-    _outliving_fixtures_in_setup[0] += outlives
-    try:
-        yield
-    finally:
-        _outliving_fixtures_in_setup[0] -= outlives
+class _OutlivingFixtureSetups:
+    """Marks the set-up of session and package fixtures: their Reverb servers must outlive the module.
+
+    A plugin object registered in ``pytest_configure``, not a hook function
+    of this conftest: pytest calls a conftest's hooks only for nodes under
+    its folder, and a session fixture is set up for the session node, above
+    ``tests/``; as a conftest hook this never saw the replay tests' shared
+    server, which the module teardown then stopped.
+    """
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_fixture_setup(self, fixturedef, request):
+        del request
+        outlives = fixturedef.scope in ("session", "package")
+        _outliving_fixtures_in_setup[0] += outlives
+        try:
+            yield
+        finally:
+            _outliving_fixtures_in_setup[0] -= outlives
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_OutlivingFixtureSetups(), "rlplat-outliving-fixture-setups")
 
 
 @pytest.fixture(autouse=True, scope="module")
