@@ -24,9 +24,15 @@ default ``D4PGBuilder``, cartpole:swingup):
 2. Learner: steps/s of the builder's learner fed from Reverb (the real
    ``make_learner`` / input_fn path, server in the same process and sampled
    through 127.0.0.1, as ``LearnerWorker`` does) against the same learner
-   fed from one batch held in memory (the limit). Same process, the
-   layout's learner thread counts, blocks interleaved A, B, A, B; the median
-   of paired ratios is kept.
+   fed from one batch held in memory (the limit). Each learner alone in a
+   process of its own, as in a learner worker (the same table and server in
+   both), with the layout's learner thread counts; the two processes
+   alternate, A B B A ..., and the median of the paired ratios is kept.
+   (Learners sharing one process interfere: with four Reverb-fed variants
+   and a memory-fed learner in one process, blocks in random order, every
+   variant read 0.92-0.98, against 0.87 for the same code alone; two
+   learners in one process happened to agree with separate processes, at
+   0.87-0.89, but nothing guarantees it.)
 3. System: env steps/s of ``run_on_ray`` (2 actors, default config:
    samples_per_insert 32, min_replay_size 1000) in steady state, read from
    the run's metrics.jsonl, against its learner-bound limit
@@ -36,7 +42,7 @@ default ``D4PGBuilder``, cartpole:swingup):
     python bench/d4pg_throughput.py [--max-actor-steps 40000] [--out bench/results]
 
 Writes d4pg_throughput.json (figures, breakdowns, where the time goes) and
-d4pg_throughput.png under --out. Takes about 4-6 minutes on 2 cores.
+d4pg_throughput.png under --out. Takes about 3-5 minutes on 2 cores.
 """
 
 from __future__ import annotations
@@ -281,7 +287,7 @@ def measure_actors(args, builder, spec, log):
 
 # ---------------------------------------------------------------- 2. learner
 def learner_child(args):
-    """Runs in its own process (the layout's learner settings): Reverb-fed vs memory-fed."""
+    """Runs one learner (``--learner-kind``) alone in this process, with the layout's learner settings."""
     threads = tuple(int(x) for x in args.learner_threads.split(","))
     from rlplat.distributed import process
 
@@ -330,15 +336,17 @@ def learner_child(args):
     fill_s = time.perf_counter() - t0
 
     repl = replication.make_replicator(num_replicas=1)
-    reverb_learner = builder.make_learner(spec, repl, address)
     feed = dict(signature=transition_signature(spec.observations, spec.actions),
                 packing=builder.make_packing(spec))
-    batch = next(iter(datasets.make_transition_dataset(address, builder.replay_table,
-                                                       cfg.global_batch_size, **feed)))
-    memory_learner = D4PGLearner(cfg, spec, repl, repl.distribute(tf.data.Dataset.from_tensors(batch).repeat()),
-                                 steps_per_call=builder.steps_per_call, jit_compile=builder.jit_compile)
+    if args.learner_kind == "reverb":
+        learner = builder.make_learner(spec, repl, address)
+    else:
+        batch = next(iter(datasets.make_transition_dataset(address, builder.replay_table,
+                                                           cfg.global_batch_size, **feed)))
+        learner = D4PGLearner(cfg, spec, repl, repl.distribute(tf.data.Dataset.from_tensors(batch).repeat()),
+                              steps_per_call=builder.steps_per_call, jit_compile=builder.jit_compile)
 
-    def block(learner, steps):
+    def block(steps):
         n0 = learner.num_steps
         cpu0, wall0 = time.process_time(), time.perf_counter()
         while learner.num_steps - n0 < steps:
@@ -346,56 +354,23 @@ def learner_child(args):
         n = learner.num_steps - n0
         return {"steps": n, "wall_s": time.perf_counter() - wall0, "cpu_s": time.process_time() - cpu0}
 
-    for learner in (reverb_learner, memory_learner):  # trace + warm up
-        block(learner, 2 * builder.steps_per_call)
-        block(learner, 4 * builder.steps_per_call)
-    samples = {"reverb": [], "memory": []}
-    for r in range(args.learner_rounds):
-        samples["reverb"].append(block(reverb_learner, args.learner_block_steps))
-        samples["memory"].append(block(memory_learner, args.learner_block_steps))
-        print(f"  round {r + 1}: reverb {samples['reverb'][-1]['steps'] / samples['reverb'][-1]['wall_s']:.1f} "
-              f"steps/s, memory {samples['memory'][-1]['steps'] / samples['memory'][-1]['wall_s']:.1f}",
-              flush=True)
-
-    # Sampling alone, for the breakdown: CPU and wall per global batch.
-    it = iter(datasets.make_transition_dataset(address, builder.replay_table, cfg.global_batch_size,
-                                               **feed))
-    for _ in range(10):
-        next(it)
-    n_batches = 60
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    for _ in range(n_batches):
-        next(it)
-    sample_cpu_ms = 1e3 * (time.process_time() - cpu0) / n_batches
-    sample_wall_ms = 1e3 * (time.perf_counter() - wall0) / n_batches
-
-    def rate(x):
-        return x["steps"] / x["wall_s"]
-
-    ratios = [rate(a) / rate(b) for a, b in zip(samples["reverb"], samples["memory"])]
-    out = {
-        "threads_intra_inter": list(threads),
-        "steps_per_call": builder.steps_per_call,
-        "global_batch_size": cfg.global_batch_size,
-        "block_steps": args.learner_block_steps,
-        "rounds": args.learner_rounds,
-        "replay_items": written,
-        "fill_seconds": round(fill_s, 2),
-        "reverb_steps_per_s": accounting.median([rate(x) for x in samples["reverb"]]),
-        "memory_steps_per_s": accounting.median([rate(x) for x in samples["memory"]]),
-        "ratio": accounting.median(ratios),
-        "ratio_per_round": [round(x, 4) for x in ratios],
-        "reverb_cpu_ms_per_step": accounting.median([1e3 * x["cpu_s"] / x["steps"] for x in samples["reverb"]]),
-        "memory_cpu_ms_per_step": accounting.median([1e3 * x["cpu_s"] / x["steps"] for x in samples["memory"]]),
-        "reverb_wall_ms_per_step": accounting.median([1e3 * x["wall_s"] / x["steps"] for x in samples["reverb"]]),
-        "memory_wall_ms_per_step": accounting.median([1e3 * x["wall_s"] / x["steps"] for x in samples["memory"]]),
-        # Cores the learner process keeps busy (process CPU / wall) in each mode.
-        "reverb_cores_used": accounting.median([x["cpu_s"] / x["wall_s"] for x in samples["reverb"]]),
-        "memory_cores_used": accounting.median([x["cpu_s"] / x["wall_s"] for x in samples["memory"]]),
-        "sampling_only_cpu_ms_per_batch": round(sample_cpu_ms, 3),
-        "sampling_only_wall_ms_per_batch": round(sample_wall_ms, 3),
-        "samples": samples,
-    }
+    block(2 * builder.steps_per_call)  # trace
+    block(args.learner_warmup_steps)
+    blocks = [block(args.learner_block_steps) for _ in range(args.learner_blocks)]
+    out = {"kind": args.learner_kind, "replay_items": written, "fill_seconds": round(fill_s, 2),
+           "blocks": blocks}
+    if args.learner_kind == "reverb":
+        # Sampling alone, for the breakdown: CPU and wall per global batch.
+        it = iter(datasets.make_transition_dataset(address, builder.replay_table, cfg.global_batch_size,
+                                                   **feed))
+        for _ in range(10):
+            next(it)
+        n_batches = 60
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        for _ in range(n_batches):
+            next(it)
+        out["sampling_only_cpu_ms_per_batch"] = round(1e3 * (time.process_time() - cpu0) / n_batches, 3)
+        out["sampling_only_wall_ms_per_batch"] = round(1e3 * (time.perf_counter() - wall0) / n_batches, 3)
     with open(args.learner_child, "w") as f:
         json.dump(out, f)
     server.stop()
@@ -403,29 +378,79 @@ def learner_child(args):
 
 def measure_learner(args, plan, log):
     from rlplat.distributed import process
+    from rlplat_agents.d4pg.builder import D4PGBuilder
+    from rlplat_agents.d4pg.config import D4PGConfig
 
+    builder = D4PGBuilder(config=D4PGConfig())
     threads = plan.learner_threads
     env = process.subprocess_env("learner", cpu_only=True, threads=threads[0])
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-        path = f.name
-    cmd = [sys.executable, os.path.abspath(__file__), "--learner-child", path,
-           "--learner-threads", f"{threads[0]},{threads[1]}", "--env", args.env, "--seed", str(args.seed),
-           "--learner-rounds", str(args.learner_rounds), "--learner-block-steps",
-           str(args.learner_block_steps), "--fill-items", str(args.fill_items)]
-    log(f"learner process: TF threads {threads[0]}/{threads[1]} (the layout's plan), "
-        f"{args.learner_rounds} rounds of {args.learner_block_steps} steps, reverb then memory")
-    subprocess.run(cmd, env=env, check=True)
-    with open(path) as f:
-        out = json.load(f)
-    os.unlink(path)
+    log(f"learner processes: TF threads {threads[0]}/{threads[1]} (the layout's plan), {args.learner_rounds} "
+        f"pairs of runs (one learner per process), {args.learner_blocks} blocks of "
+        f"{args.learner_block_steps} steps each after {args.learner_warmup_steps} untimed")
+    runs = {"reverb": [], "memory": []}
+    for r in range(args.learner_rounds):
+        for kind in (("reverb", "memory") if r % 2 == 0 else ("memory", "reverb")):  # A B B A: drift cancels
+            with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+                path = f.name
+            cmd = [sys.executable, os.path.abspath(__file__), "--learner-child", path, "--learner-kind", kind,
+                   "--learner-threads", f"{threads[0]},{threads[1]}", "--env", args.env,
+                   "--seed", str(args.seed), "--learner-blocks", str(args.learner_blocks),
+                   "--learner-block-steps", str(args.learner_block_steps),
+                   "--learner-warmup-steps", str(args.learner_warmup_steps), "--fill-items", str(args.fill_items)]
+            subprocess.run(cmd, env=env, check=True)
+            with open(path) as f:
+                runs[kind].append(json.load(f))
+            os.unlink(path)
+            rates = [b["steps"] / b["wall_s"] for b in runs[kind][-1]["blocks"]]
+            log(f"  pair {r + 1}, {kind}-fed: " + ", ".join(f"{x:.1f}" for x in rates) + " steps/s")
+
+    def rate(x):
+        return x["steps"] / x["wall_s"]
+
+    def run_rate(run):
+        return accounting.median([rate(b) for b in run["blocks"]])
+
+    def per_step(kind, key, scale=1e3):
+        return accounting.median([scale * b[key] / b["steps"] for run in runs[kind] for b in run["blocks"]])
+
+    ratios = [run_rate(a) / run_rate(b) for a, b in zip(runs["reverb"], runs["memory"])]
+    blocks = {kind: [b for run in runs[kind] for b in run["blocks"]] for kind in runs}
+    out = {
+        "threads_intra_inter": list(threads),
+        "steps_per_call": builder.steps_per_call,
+        "global_batch_size": builder.config.global_batch_size,
+        "block_steps": args.learner_block_steps,
+        "blocks_per_run": args.learner_blocks,
+        "untimed_steps_per_run": args.learner_warmup_steps,
+        "rounds": args.learner_rounds,
+        "replay_items": runs["reverb"][0]["replay_items"],
+        "fill_seconds": runs["reverb"][0]["fill_seconds"],
+        "reverb_steps_per_s": accounting.median([rate(b) for b in blocks["reverb"]]),
+        "memory_steps_per_s": accounting.median([rate(b) for b in blocks["memory"]]),
+        "ratio": accounting.median(ratios),
+        "ratio_per_round": [round(x, 4) for x in ratios],
+        "reverb_cpu_ms_per_step": per_step("reverb", "cpu_s"),
+        "memory_cpu_ms_per_step": per_step("memory", "cpu_s"),
+        "reverb_wall_ms_per_step": per_step("reverb", "wall_s"),
+        "memory_wall_ms_per_step": per_step("memory", "wall_s"),
+        # Cores the learner process keeps busy (process CPU / wall) in each mode.
+        "reverb_cores_used": accounting.median([b["cpu_s"] / b["wall_s"] for b in blocks["reverb"]]),
+        "memory_cores_used": accounting.median([b["cpu_s"] / b["wall_s"] for b in blocks["memory"]]),
+        "sampling_only_cpu_ms_per_batch": accounting.median(
+            [run["sampling_only_cpu_ms_per_batch"] for run in runs["reverb"]]),
+        "sampling_only_wall_ms_per_batch": accounting.median(
+            [run["sampling_only_wall_ms_per_batch"] for run in runs["reverb"]]),
+        "samples": blocks,
+    }
     out["method"] = ("builder.make_learner (the real input_fn / Reverb dataset path, CallRunner "
                      "watchdog thread included), server in the same process sampled through "
                      "127.0.0.1 as LearnerWorker does, table filled with %d items by the real "
                      "NStepTransitionAdder (same chunking as actors) and a MinSize limiter so "
                      "sampling never waits; the memory-fed learner is the same D4PGLearner on "
-                     "one global batch (drawn from that table) repeated in a tf.data pipeline. "
-                     "Blocks interleaved reverb, memory, reverb, ...; ratio = median of per-round "
-                     "reverb/memory steps/s." % out["replay_items"])
+                     "one global batch (drawn from that table) repeated in a tf.data pipeline, in "
+                     "a process of its own with the same server and table. Runs alternate "
+                     "reverb, memory, memory, reverb, ...; ratio = median over pairs of (median "
+                     "block steps/s of the reverb run / of the memory run)." % out["replay_items"])
     return out
 
 
@@ -530,8 +555,12 @@ def main(argv=None):
     parser.add_argument("--actor-rounds", type=int, default=5)
     parser.add_argument("--actor-chunks", type=int, default=6, help="run_steps chunks per actor window")
     parser.add_argument("--raw-steps", type=int, default=5000, help="random-action steps per raw block")
-    parser.add_argument("--learner-rounds", type=int, default=10)
-    parser.add_argument("--learner-block-steps", type=int, default=96)
+    parser.add_argument("--learner-rounds", type=int, default=4,
+                        help="pairs of learner runs (Reverb-fed, memory-fed), each in its own process")
+    parser.add_argument("--learner-blocks", type=int, default=4, help="timed blocks per learner run")
+    parser.add_argument("--learner-block-steps", type=int, default=300)
+    parser.add_argument("--learner-warmup-steps", type=int, default=240,
+                        help="untimed learner steps per run after tracing")
     parser.add_argument("--fill-items", type=int, default=20_000)
     parser.add_argument("--max-actor-steps", type=int, default=40_000)
     parser.add_argument("--steady-from", type=float, default=0.25,
@@ -544,6 +573,7 @@ def main(argv=None):
     parser.add_argument("--memory-steps-per-s", type=float, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--learner-child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--learner-threads", default="1,2", help=argparse.SUPPRESS)
+    parser.add_argument("--learner-kind", choices=("reverb", "memory"), default="reverb", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.learner_child:
         return learner_child(args)
