@@ -78,6 +78,7 @@ class _OutlivingFixtureSetups:
 
 
 def pytest_configure(config):
+    """Registers the session-fixture marker as a plugin, so it sees fixtures set up above ``tests/``."""
     config.pluginmanager.register(_OutlivingFixtureSetups(), "rlplat-outliving-fixture-setups")
 
 
