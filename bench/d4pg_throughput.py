@@ -376,12 +376,12 @@ def learner_child(args):
     server.stop()
 
 
-def measure_learner(args, plan, log):
+def measure_learner(args, builder, plan, log):
     from rlplat.distributed import process
-    from rlplat_agents.d4pg.builder import D4PGBuilder
-    from rlplat_agents.d4pg.config import D4PGConfig
 
-    builder = D4PGBuilder(config=D4PGConfig())
+    def rate(block):
+        return block["steps"] / block["wall_s"]
+
     threads = plan.learner_threads
     env = process.subprocess_env("learner", cpu_only=True, threads=threads[0])
     log(f"learner processes: TF threads {threads[0]}/{threads[1]} (the layout's plan), {args.learner_rounds} "
@@ -401,20 +401,18 @@ def measure_learner(args, plan, log):
             with open(path) as f:
                 runs[kind].append(json.load(f))
             os.unlink(path)
-            rates = [b["steps"] / b["wall_s"] for b in runs[kind][-1]["blocks"]]
-            log(f"  pair {r + 1}, {kind}-fed: " + ", ".join(f"{x:.1f}" for x in rates) + " steps/s")
-
-    def rate(x):
-        return x["steps"] / x["wall_s"]
+            log(f"  pair {r + 1}, {kind}-fed: "
+                + ", ".join(f"{rate(b):.1f}" for b in runs[kind][-1]["blocks"]) + " steps/s")
 
     def run_rate(run):
         return accounting.median([rate(b) for b in run["blocks"]])
 
-    def per_step(kind, key, scale=1e3):
-        return accounting.median([scale * b[key] / b["steps"] for run in runs[kind] for b in run["blocks"]])
+    blocks = {kind: [b for run in runs[kind] for b in run["blocks"]] for kind in runs}
+
+    def per_step(kind, key):
+        return accounting.median([1e3 * b[key] / b["steps"] for b in blocks[kind]])
 
     ratios = [run_rate(a) / run_rate(b) for a, b in zip(runs["reverb"], runs["memory"])]
-    blocks = {kind: [b for run in runs[kind] for b in run["blocks"]] for kind in runs}
     out = {
         "threads_intra_inter": list(threads),
         "steps_per_call": builder.steps_per_call,
@@ -617,7 +615,7 @@ def main(argv=None):
         report["load_average"]["after_actor"] = accounting.load_average()
     if "learner" in parts:
         mark = time.time()
-        report["learner"] = measure_learner(args, plan, log)
+        report["learner"] = measure_learner(args, builder, plan, log)
         report["seconds"]["learner"] = round(time.time() - mark, 1)
         report["load_average"]["after_learner"] = accounting.load_average()
     if "system" in parts:
