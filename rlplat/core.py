@@ -151,15 +151,17 @@ class AgentBuilder(abc.ABC):
         """
 
     def make_vector_actor(self, environment_spec: EnvironmentSpec, variable_source: VariableSource,
-                          replay_address: Optional[str], seeds: Sequence[int]) -> Optional[Any]:
+                          replay_address: Optional[str], seeds: Sequence[int],
+                          actor_indices: Optional[Sequence[int]] = None) -> Optional[Any]:
         """Optional: one ``rlplat.vector_loop.VectorActor`` for ``len(seeds)`` environments, or None.
 
         It must act and record as ``make_actor``'s actors with these seeds
-        would, each environment its own replay stream (``replay_address``
-        None: record nothing). None (the default) makes the caller use one
-        ``make_actor`` actor and adder per environment.
+        and ``actor_indices`` (None: 0..K-1) would, each environment its own
+        replay stream (``replay_address`` None: record nothing). None (the
+        default) makes the caller use one ``make_actor`` actor and adder per
+        environment.
         """
-        del environment_spec, variable_source, replay_address, seeds
+        del environment_spec, variable_source, replay_address, seeds, actor_indices
         return None
 
     def make_policy_network(self, environment_spec: EnvironmentSpec) -> Tuple[Dict[str, Any], List[Any]]:

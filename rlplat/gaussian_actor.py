@@ -16,7 +16,7 @@ restore) and then every ``variable_update_period`` observed steps.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import dm_env
 import numpy as np
@@ -25,6 +25,9 @@ from rlplat import core
 from rlplat.utils import numpy_layers
 
 _ONE = np.float32(1.0)
+# Noise rows drawn per Generator call: one call per step costs about as much
+# as a small layer of the policy.
+NOISE_BLOCK = 1024
 
 
 class GaussianActor(core.PullingActor):
@@ -101,11 +104,9 @@ class GaussianActor(core.PullingActor):
         return action
 
     def _next_noise(self) -> np.ndarray:
-        # Drawing noise 1024 steps at a time: one Generator call per step
-        # costs about as much as a small layer of the policy.
         if self._noise_index >= len(self._noise):
             self._noise = self._rng.normal(
-                0.0, self._sigma, (1024,) + (self._policy.output_size,)).astype(np.float32)
+                0.0, self._sigma, (NOISE_BLOCK, self._policy.output_size)).astype(np.float32)
             self._noise_index = 0
         noise = self._noise[self._noise_index]
         self._noise_index += 1
@@ -119,6 +120,95 @@ class GaussianActor(core.PullingActor):
         if self._adder is not None:
             self._adder.add(action, next_timestep)
         self._count_step()
+
+    def _load_policy(self, arrays) -> None:
+        self._policy.load(arrays)
+
+
+class GaussianVectorActor(core.WeightPuller):
+    """A ``rlplat.vector_loop.VectorActor``: K environments' ``GaussianActor``s as one object.
+
+    One policy call for the K observations, the K noise rows added and clipped
+    as one array, and one ``VectorNStepAdder.add`` per step, where K separate
+    actors pay a Python call chain per environment. What each environment gets
+    is unchanged: environment k's noise comes from its own generator
+    (``np.random.default_rng(seeds[k])`` with std ``sigmas[k]``, drawn in blocks
+    as a ``GaussianActor`` with that seed and sigma draws it), so its actions
+    are that actor's, and its transitions go to its own stream of the adder.
+    Weights are pulled as by one actor: before the first action, then every
+    ``variable_update_period`` steps (of all K together).
+
+    Args:
+      template: ``numpy_layers.export_layers`` of the learner's (built) policy.
+      variable_source: serves ``get_variables(["policy"])``.
+      adder: a ``VectorNStepAdder`` with K streams, or None to record nothing.
+      seeds: K seeds, one per environment.
+      sigmas: K exploration stds (>= 0), one per environment.
+      variable_update_period, wait_timeout_s: as for ``GaussianActor``.
+    """
+
+    def __init__(self, template: List[Dict[str, Any]], variable_source: core.VariableSource, adder: Any,
+                 seeds: Sequence[int], sigmas: Sequence[float], *, variable_update_period: int = 1000,
+                 wait_timeout_s: float = 120.0):
+        super().__init__(variable_source, variable_update_period, wait_timeout_s)
+        if len(sigmas) != len(seeds) or not seeds:
+            raise ValueError(f"need one sigma per seed (got {len(sigmas)} sigmas, {len(seeds)} seeds)")
+        if min(sigmas) < 0:
+            raise ValueError(f"sigmas must be >= 0 (got {min(sigmas)})")
+        if adder is not None and adder.num_streams != len(seeds):
+            raise ValueError(f"the adder has {adder.num_streams} streams for {len(seeds)} environments")
+        self._policy = numpy_layers.NumpyForward(template)
+        self._adder = adder
+        self._sigmas = [float(s) for s in sigmas]
+        self._rngs = [np.random.default_rng(seed) for seed in seeds]
+        # Per environment, a block of pre-drawn noise rows and the next one's index.
+        self._noise = np.stack([self._block(k) for k in range(len(seeds))])
+        self._next = np.zeros(len(seeds), np.int64)
+        self._rows = np.arange(len(seeds))
+
+    @property
+    def num_environments(self) -> int:
+        return len(self._rngs)
+
+    def observe_first(self, index: int, timestep: dm_env.TimeStep) -> None:
+        if self._adder is not None:
+            self._adder.add_first(index, timestep)
+
+    def select_actions(self, observations: np.ndarray) -> np.ndarray:
+        """Actions [M, A] for environments 0..M-1: each row as its own ``GaussianActor`` would act."""
+        if self._version < 0:
+            self.update(wait=True)
+        actions = np.array(self._policy.batch(observations)[0], np.float32)
+        actions += self._take_noise(len(actions))  # a sigma-0 environment's rows are zeros
+        np.minimum(actions, _ONE, out=actions)
+        np.maximum(actions, -_ONE, out=actions)
+        return actions
+
+    def observe(self, actions: Sequence[Any], timesteps: Sequence[dm_env.TimeStep]) -> None:
+        if self._adder is not None:
+            self._adder.add(actions, timesteps)
+        self._count_step()
+
+    def close(self) -> None:
+        """Flushes and closes the adder."""
+        if self._adder is not None:
+            self._adder.close()
+
+    def _block(self, k: int) -> np.ndarray:
+        shape = (NOISE_BLOCK, self._policy.output_size)
+        if not self._sigmas[k] > 0.0:  # GaussianActor draws nothing at sigma 0
+            return np.zeros(shape, np.float32)
+        return self._rngs[k].normal(0.0, self._sigmas[k], shape).astype(np.float32)
+
+    def _take_noise(self, m: int) -> np.ndarray:
+        """The next noise row of environments 0..m-1, each from its own generator's stream."""
+        index = self._next[:m]  # a view, advanced in place
+        noise = self._noise[self._rows[:m], index]
+        index += 1
+        for k in np.flatnonzero(index == NOISE_BLOCK):
+            self._noise[k] = self._block(int(k))
+            index[k] = 0
+        return noise
 
     def _load_policy(self, arrays) -> None:
         self._policy.load(arrays)

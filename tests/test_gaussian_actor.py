@@ -46,3 +46,22 @@ def test_for_policy_runs_the_keras_policy_in_numpy_with_noise_and_clipping():
     loud = GaussianActor.for_policy(quiet, _source(quiet), sigma=5.0, seed=2)
     actions = np.stack([loud.finish_action(row, 3) for row in loud.policy_outputs(np.repeat(obs, 50, 0))])
     assert actions.dtype == np.float32 and np.all(np.abs(actions) <= 1.0) and np.any(np.abs(actions) == 1.0)
+
+
+def test_the_vector_actor_acts_as_separate_actors_across_noise_blocks_and_a_zero_sigma():
+    from rlplat.gaussian_actor import NOISE_BLOCK, GaussianVectorActor
+    from rlplat.utils import numpy_layers
+
+    policy = _policy(0.5)
+    seeds, sigmas = [4, 5, 6], [0.3, 0.0, 2.0]
+    vector = GaussianVectorActor(numpy_layers.export_layers(policy.layers), _source(policy), None, seeds, sigmas)
+    separate = [GaussianActor.for_policy(policy, _source(policy), sigma=s, seed=seed) for seed, s in zip(seeds, sigmas)]
+    obs = np.random.default_rng(1).normal(size=(3, 4)).astype(np.float32)
+    for step in range(NOISE_BLOCK + 10):  # past the first block of pre-drawn noise
+        m = 3 if step % 7 else 2  # partial rounds step the first M environments only
+        actions = vector.select_actions(obs[:m])
+        outputs = separate[0].policy_outputs(obs[:m])
+        want = np.stack([actor.finish_action(row, 3) for actor, row in zip(separate, outputs)])
+        np.testing.assert_array_equal(actions, want)
+    assert vector.policy_version == 3 and vector.num_environments == 3
+    assert np.all(np.abs(actions) <= 1.0) and np.any(np.abs(actions) == 1.0)  # sigma 2 clips

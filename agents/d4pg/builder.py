@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from rlplat_agents.d4pg.config import D4PGConfig
 from rlplat import core
@@ -135,6 +135,35 @@ class D4PGBuilder(core.AgentBuilder):
                                     self.config.n_step, self.config.discount,
                                     signature=self._signature(environment_spec),
                                     packing=self.make_packing(environment_spec))
+
+    def make_vector_actor(self, environment_spec: EnvironmentSpec, variable_source: core.VariableSource,
+                          replay_address: Optional[str], seeds: Sequence[int],
+                          actor_indices: Optional[Sequence[int]] = None) -> Optional[Any]:
+        """One ``GaussianVectorActor`` for ``len(seeds)`` environments (None when transitions are not packed).
+
+        Environment k acts and records as ``make_actor``'s actor with
+        ``seeds[k]`` and ``actor_indices[k]`` (its sigma) would, with
+        ``make_adder``'s adder, through a ``VectorNStepAdder`` stream of its own.
+        """
+        packing = self.make_packing(environment_spec)
+        if packing is None:
+            return None
+        from rlplat_agents.d4pg import acting  # pylint: disable=g-import-not-at-top
+        from rlplat.gaussian_actor import GaussianVectorActor  # pylint: disable=g-import-not-at-top
+
+        adder = None
+        if replay_address is not None:
+            import reverb  # pylint: disable=g-import-not-at-top
+
+            from rlplat.replay.vector_nstep_adder import VectorNStepAdder  # pylint: disable=g-import-not-at-top
+
+            adder = VectorNStepAdder(reverb.Client(replay_address), self.replay_table, self.config.n_step,
+                                     self.config.discount, len(seeds), packing=packing)
+        indices = range(len(seeds)) if actor_indices is None else actor_indices
+        template = acting.policy_template(environment_spec, self.config.policy_layer_sizes)
+        return GaussianVectorActor(template, variable_source, adder, seeds,
+                                   [self.actor_sigma(i) for i in indices],
+                                   variable_update_period=self.config.variable_update_period)
 
     # ----------------------------------------------------------------- learner
     def make_input_fn(self, replay_address: str, environment_spec: EnvironmentSpec) -> core.InputFn:

@@ -147,12 +147,15 @@ class IMPALABuilder(core.AgentBuilder):
                                   log_std_bounds=(self.config.min_log_std, self.config.max_log_std))
 
     def make_vector_actor(self, environment_spec: EnvironmentSpec, variable_source: core.VariableSource,
-                          replay_address: Optional[str], seeds: Sequence[int]) -> Optional[Any]:
+                          replay_address: Optional[str], seeds: Sequence[int],
+                          actor_indices: Optional[Sequence[int]] = None) -> Optional[Any]:
         """One ``IMPALAVectorActor`` for ``len(seeds)`` environments (feed-forward cores; None for LSTM).
 
         Each environment samples and records as ``make_actor``'s actor with
-        its seed would, through one ``BatchSequenceAdder`` stream of its own.
+        its seed would, through one ``BatchSequenceAdder`` stream of its own
+        (IMPALA's actors do not depend on their index).
         """
+        del actor_indices
         if self.config.core == "lstm":
             return None  # Per-environment core states: one IMPALAActor each.
         from rlplat_agents.impala import vector_acting  # pylint: disable=g-import-not-at-top

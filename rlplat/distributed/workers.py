@@ -245,7 +245,9 @@ class ActorWorker:
         replay_address = replay_shards.address_for_actor(replay_address, self._index)
         # An agent's own actor for K environments batches their per-environment
         # work; without one, K actors (and adders) are driven side by side.
-        vector = builder.make_vector_actor(spec, self._source, replay_address, seeds) if k > 1 else None
+        vector = (builder.make_vector_actor(spec, self._source, replay_address, seeds,
+                                            actor_indices=[self._index * k + j for j in range(k)])
+                  if k > 1 else None)
         if vector is not None:
             self._adders, actors = [vector], vector  # closing it closes its adder
             self._actor = vector

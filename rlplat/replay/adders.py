@@ -11,22 +11,19 @@ transition also gets it without any reassembly.
 from __future__ import annotations
 
 import collections
-from typing import Any, Callable, Deque, List, Optional, Tuple
+from typing import Any, Callable, Deque, Optional, Tuple
 
 import dm_env
 import numpy as np
-import reverb
 import tree
 
 from rlplat.replay import closing
 from rlplat.replay import errors
 from rlplat.replay.packing import TransitionPacking
 from rlplat.replay.signature import as_transition, check_against_signature
+from rlplat.replay.transition_stream import DEFAULT_MAX_PENDING_ITEMS, TransitionStream
 from rlplat.replay.types import Transition
 
-# Reverb logs "number of pending items is alarmingly high" once 50 items are
-# in flight, so the default bound stays just under it.
-_DEFAULT_MAX_PENDING_ITEMS = 48
 
 # (observation, action, reward, env discount) of one step inside the window.
 _Step = Tuple[Any, Any, float, float]
@@ -66,7 +63,7 @@ class NStepTransitionAdder(closing.ClosesOnExit):
         priority_fn: Optional[Callable[[Transition], float]] = None,
         signature: Optional[Any] = None,
         flush_period: int = 32,
-        max_pending_items: int = _DEFAULT_MAX_PENDING_ITEMS,
+        max_pending_items: int = DEFAULT_MAX_PENDING_ITEMS,
         max_chunk_bytes: int = 16 * 1024,
         flush_timeout_s: float = 60.0,
         connect_timeout_s: float = 30.0,
@@ -106,37 +103,23 @@ class NStepTransitionAdder(closing.ClosesOnExit):
             raise ValueError(f"n_step={n_step} must be >= 1")
         if not 0.0 <= discount <= 1.0:
             raise ValueError(f"discount={discount} must be in [0, 1]")
-        if flush_period < 1 or max_pending_items < flush_period:
-            raise ValueError(
-                f"need 1 <= flush_period ({flush_period}) <= "
-                f"max_pending_items ({max_pending_items})"
-            )
         self._table = table
         self._n = n_step
         self._gamma = float(discount)
         self._priority = float(priority)
         self._priority_fn = priority_fn
-        self._flush_period = flush_period
-        # After each periodic flush at most this many items remain in flight, so
-        # with the next block added the bound is max_pending_items.
-        self._block_until = max_pending_items - flush_period
-        self._max_chunk_bytes = max_chunk_bytes
-        self._timeout_ms = int(flush_timeout_s * 1000)
-        self._timeout_s = flush_timeout_s
-
-        if hasattr(client_or_writer, "trajectory_writer"):  # A reverb.Client.
-            self._client = client_or_writer
-            self._writer = None  # Created on the first item: chunking needs sizes.
-            self._address = client_or_writer.server_address
-            info = errors.table_info(self._address, table, connect_timeout_s)
+        is_client = hasattr(client_or_writer, "trajectory_writer")  # else a reverb.TrajectoryWriter
+        address = client_or_writer.server_address if is_client else server_address or "<unknown address>"
+        # The writer is made on the first item: its chunk length needs the item's size.
+        self._stream = TransitionStream(client_or_writer, table, address, flush_period=flush_period,
+                                        max_pending_items=max_pending_items,
+                                        max_chunk_bytes=max_chunk_bytes, flush_timeout_s=flush_timeout_s)
+        if is_client:
+            info = errors.table_info(address, table, connect_timeout_s)
             if packing is not None:
                 packing.check_table(info.signature, table)
             elif signature is None:
                 signature = info.signature
-        else:
-            self._client = None
-            self._writer = client_or_writer
-            self._address = server_address or "<unknown address>"
         self._packing = packing
         if packing is not None and signature is None:
             signature = packing.signature
@@ -146,11 +129,12 @@ class NStepTransitionAdder(closing.ClosesOnExit):
         self._obs = None  # Observation the next action will be taken at.
         self._checked = False
         self._nested = False  # Set from the first step.
-        self._cpp_writer = None  # Fast path, set after the first item.
-        self._squeeze: List[bool] = []
-        self._since_flush = 0
-        self.num_items = 0  # Items created so far (confirmed or not).
         self._closed = False
+
+    @property
+    def num_items(self) -> int:
+        """Items created so far (confirmed or not)."""
+        return self._stream.num_items
 
     def add_first(self, timestep: dm_env.TimeStep) -> None:
         """Starts an episode at ``timestep`` (a FIRST step).
@@ -196,9 +180,7 @@ class NStepTransitionAdder(closing.ClosesOnExit):
 
     def flush(self) -> None:
         """Blocks until every created item is confirmed by the server."""
-        if self._writer is not None:
-            self._call(self._writer.flush, 0, timeout_ms=self._timeout_ms)
-            self._since_flush = 0
+        self._stream.flush()
 
     def close(self) -> None:
         """Flushes created items and closes the writer (idempotent).
@@ -208,14 +190,7 @@ class NStepTransitionAdder(closing.ClosesOnExit):
         """
         self._closed = True
         self.reset()
-        if self._writer is None:
-            return
-        try:
-            self.flush()
-        finally:
-            self._writer.close()
-            self._writer = None
-            self._cpp_writer = None
+        self._stream.close()
 
     def _write_oldest(self) -> None:
         # Horner-like accumulation over at most n scalars: cheaper in plain
@@ -238,56 +213,10 @@ class NStepTransitionAdder(closing.ClosesOnExit):
         flat = tree.flatten(transition) if self._nested else list(transition)
         if self._packing is not None:
             flat = [self._packing.pack(flat)]
-        if self._cpp_writer is not None:
-            refs = self._cpp_writer.Append(flat)
-            self._cpp_writer.CreateItem(
-                self._table, priority, [[ref] for ref in refs], self._squeeze
-            )
-        else:
-            self._first_write(flat, priority)
-        self.num_items += 1
-        self._since_flush += 1
-        if self._since_flush >= self._flush_period:
-            self._call(self._writer.flush, self._block_until, timeout_ms=self._timeout_ms)
-            self._since_flush = 0
-
-    def _first_write(self, flat: List[Any], priority: float) -> None:
-        """First item: create/configure the writer via the public API."""
-        if self._writer is None:
-            nbytes = sum(np.asarray(x).nbytes for x in flat)
-            chunk = max(1, min(self._flush_period, self._max_chunk_bytes // nbytes))
-            # Items reference only the step just appended, so nothing older than
-            # the chunk being built has to stay alive.
-            self._writer = self._client.trajectory_writer(
-                num_keep_alive_refs=chunk, validate_items=False
-            )
-            for i in range(len(flat)):
-                self._writer.configure((i,), num_keep_alive_refs=chunk, max_chunk_length=chunk)
-        self._writer.append(flat)
-        self._writer.create_item(
-            self._table, priority, [column[-1] for column in self._writer.history]
-        )
-        # From now on talk to the C++ writer directly: the Python wrapper's
-        # per-step structure bookkeeping costs about as much as the write itself
-        # and buys nothing for fixed flat items (dm-reverb is pinned to 0.14).
-        cpp = getattr(self._writer, "_writer", None)
-        if hasattr(cpp, "Append") and hasattr(cpp, "CreateItem"):
-            self._cpp_writer = cpp
-            self._squeeze = [True] * len(flat)
-        else:  # Unknown Reverb version: stay on the public API.
-            self._cpp_writer = _PublicWriter(self._writer)
-            self._squeeze = [True] * len(flat)
+        self._stream.write(flat, priority)
 
     def _end_episode(self) -> None:
-        if self._writer is not None:
-            self._call(self._writer.end_episode, True, timeout_ms=self._timeout_ms)
-        self._since_flush = 0
-
-    def _call(self, fn, *args, **kwargs) -> None:
-        try:
-            fn(*args, **kwargs)
-        except reverb.errors.DeadlineExceededError as e:
-            raise errors.insert_timeout(self._address, self._table, self._timeout_s) from e
+        self._stream.end_episode()
 
     def _to_f32(self, value: Any) -> Any:
         # Always copy: the window keeps observations for n steps and some
@@ -308,17 +237,3 @@ class NStepTransitionAdder(closing.ClosesOnExit):
             check_against_signature(sample, self._signature, self._table)
         self._checked = True
 
-
-class _PublicWriter:
-    """Adapter giving a TrajectoryWriter the C++ Append/CreateItem interface."""
-
-    def __init__(self, writer: reverb.TrajectoryWriter):
-        self._writer = writer
-
-    def Append(self, flat: List[Any]) -> List[Any]:  # pylint: disable=invalid-name
-        self._writer.append(flat)
-        return [column[-1] for column in self._writer.history]
-
-    def CreateItem(self, table, priority, columns, squeeze):  # pylint: disable=invalid-name
-        del squeeze  # The history columns are already squeezed.
-        self._writer.create_item(table, priority, [c[0] for c in columns])
