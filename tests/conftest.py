@@ -90,21 +90,14 @@ def _reverb_servers_end_with_their_module():
     modules share (stopping one failed a later module's test, depending on
     which module on that worker first asked for it).
 
-    A replay dataset whose sampler waits on a table's rate limiter (the
-    learner prefetches a batch nobody will insert for) cannot be deleted
-    until that wait ends: TensorFlow's iterator destructor joins its
-    prefetch thread (seen with ``py-spy dump --native``), and the wait, by
-    the stall lengths seen, ignores the cancellation and runs out its
-    ``rate_limiter_timeout_ms`` (120 s by default, 300 s in the D4PG
-    builder). Learners and servers left in reference cycles were freed by a
-    later garbage collection, in some later test, which then stalled for up
-    to ~140 s.
-    Stopping the module's servers and collecting right after took the
-    stalls out of most runs (the suite measured 803-885 s instead of
-    885-964 s), but it is not the mechanism's cure: a sampler blocked on a
-    rate limiter was later seen to stay blocked after ``server.stop()``, and
-    this teardown itself took 73 s and 40 s in two runs. What ends the wait
-    is Reverb's own timeout.
+    The module-end garbage collection frees the learners that tests left in
+    reference cycles while their servers are still known to be done with.
+    Freeing a learner's input iterator used to stall here for 36-108 s
+    (four times in one run): gdb showed TensorFlow's iterator destructor
+    joining a tf.data autotuning thread that had gone back to sleep for its
+    whole period after missing the cancellation (see
+    ``rlplat.replication.replicator._without_autotune``, which now switches
+    autotuning off for the pipelines ``Replicator.distribute`` builds).
     """
     import reverb  # pylint: disable=g-import-not-at-top
 
