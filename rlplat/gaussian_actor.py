@@ -16,6 +16,7 @@ restore) and then every ``variable_update_period`` observed steps.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Dict, List, Optional, Sequence
 
 import dm_env
@@ -23,6 +24,7 @@ import numpy as np
 
 from rlplat import core
 from rlplat.utils import numpy_layers
+from rlplat.vector_loop import BlockedDraws
 
 _ONE = np.float32(1.0)
 # Noise rows drawn per Generator call: one call per step costs about as much
@@ -159,16 +161,13 @@ class GaussianVectorActor(core.WeightPuller):
             raise ValueError(f"the adder has {adder.num_streams} streams for {len(seeds)} environments")
         self._policy = numpy_layers.NumpyForward(template)
         self._adder = adder
-        self._sigmas = [float(s) for s in sigmas]
-        self._rngs = [np.random.default_rng(seed) for seed in seeds]
-        # Per environment, a block of pre-drawn noise rows and the next one's index.
-        self._noise = np.stack([self._block(k) for k in range(len(seeds))])
-        self._next = np.zeros(len(seeds), np.int64)
-        self._rows = np.arange(len(seeds))
+        self._noise = BlockedDraws([functools.partial(self._noise_block, np.random.default_rng(seed), float(sigma))
+                                    for seed, sigma in zip(seeds, sigmas)])
+        self._num_environments = len(seeds)
 
     @property
     def num_environments(self) -> int:
-        return len(self._rngs)
+        return self._num_environments
 
     def observe_first(self, index: int, timestep: dm_env.TimeStep) -> None:
         if self._adder is not None:
@@ -179,7 +178,7 @@ class GaussianVectorActor(core.WeightPuller):
         if self._version < 0:
             self.update(wait=True)
         actions = np.array(self._policy.batch(observations)[0], np.float32)
-        actions += self._take_noise(len(actions))  # a sigma-0 environment's rows are zeros
+        actions += self._noise.take(len(actions))  # a sigma-0 environment's rows are zeros
         np.minimum(actions, _ONE, out=actions)
         np.maximum(actions, -_ONE, out=actions)
         return actions
@@ -194,21 +193,11 @@ class GaussianVectorActor(core.WeightPuller):
         if self._adder is not None:
             self._adder.close()
 
-    def _block(self, k: int) -> np.ndarray:
+    def _noise_block(self, rng: np.random.Generator, sigma: float) -> np.ndarray:
         shape = (NOISE_BLOCK, self._policy.output_size)
-        if not self._sigmas[k] > 0.0:  # GaussianActor draws nothing at sigma 0
+        if not sigma > 0.0:  # GaussianActor draws nothing at sigma 0
             return np.zeros(shape, np.float32)
-        return self._rngs[k].normal(0.0, self._sigmas[k], shape).astype(np.float32)
-
-    def _take_noise(self, m: int) -> np.ndarray:
-        """The next noise row of environments 0..m-1, each from its own generator's stream."""
-        index = self._next[:m]  # a view, advanced in place
-        noise = self._noise[self._rows[:m], index]
-        index += 1
-        for k in np.flatnonzero(index == NOISE_BLOCK):
-            self._noise[k] = self._block(int(k))
-            index[k] = 0
-        return noise
+        return rng.normal(0.0, sigma, shape).astype(np.float32)
 
     def _load_policy(self, arrays) -> None:
         self._policy.load(arrays)

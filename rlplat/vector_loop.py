@@ -32,7 +32,7 @@ divergence are handled per environment as there.
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, List, Optional, Protocol, Sequence, Tuple, Union, runtime_checkable
+from typing import Any, Callable, Dict, List, Optional, Protocol, Sequence, Tuple, Union, runtime_checkable
 
 import dm_env
 import numpy as np
@@ -75,6 +75,34 @@ class VectorActor(Protocol):
 
     def update(self) -> None:
         """Pulls fresh weights when they are due."""
+
+
+class BlockedDraws:
+    """K environments' random streams, each pre-drawn in blocks by its own function.
+
+    A ``VectorActor`` keeps each environment's randomness its own (so its
+    actions are those of a separate actor with that seed) while taking the
+    draws of environments 0..M-1 as one array per step. ``draw_blocks[k]()``
+    returns environment k's next block, [B, ...] with the same B and row
+    shape for every k; a block used up is replaced by the next one from the
+    same function, in the order a separate actor would draw them.
+    """
+
+    def __init__(self, draw_blocks: Sequence[Callable[[], np.ndarray]]):
+        self._draw_blocks = list(draw_blocks)
+        self._blocks = np.stack([draw() for draw in self._draw_blocks])
+        self._next = np.zeros(len(self._draw_blocks), np.int64)
+        self._rows = np.arange(len(self._draw_blocks))
+
+    def take(self, m: int) -> np.ndarray:
+        """The next row of environments 0..m-1 ([m, ...]), each from its own stream."""
+        index = self._next[:m]  # a view, advanced in place
+        rows = self._blocks[self._rows[:m], index]
+        index += 1
+        for k in np.flatnonzero(index == self._blocks.shape[1]):
+            self._blocks[k] = self._draw_blocks[k]()
+            index[k] = 0
+        return rows
 
 
 class SeparateActors:

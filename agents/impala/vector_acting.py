@@ -19,6 +19,7 @@ path (use one ``IMPALAActor`` per environment).
 
 from __future__ import annotations
 
+import functools
 from typing import Any, List, Optional, Sequence
 
 import dm_env
@@ -28,6 +29,7 @@ from dm_env import specs
 from rlplat_agents.impala import acting
 from rlplat_agents.impala.numpy_policy import LOG_STD_MAX, LOG_STD_MIN, NumpyPolicy, squash_log_std_numpy
 from rlplat import core
+from rlplat.vector_loop import BlockedDraws
 
 
 class IMPALAVectorActor(core.WeightPuller):
@@ -60,18 +62,16 @@ class IMPALAVectorActor(core.WeightPuller):
         self._log_std_bounds = (float(log_std_bounds[0]), float(log_std_bounds[1]))
         self._discrete = isinstance(action_spec, specs.DiscreteArray)
         self._action_shape = tuple(action_spec.shape)
-        # Per environment: a block of pre-drawn uniforms (discrete) or standard
-        # normals (continuous, one row per action) and the next one's index.
+        # Per environment, its own generator's draws in blocks: uniforms
+        # (discrete) or standard normals (continuous, one row per action).
         self._draw_shape = () if self._discrete else (int(np.prod(self._action_shape)),)
-        self._rngs = [np.random.default_rng(seed) for seed in seeds]
-        self._draws = np.stack([self._block(rng) for rng in self._rngs])
-        self._next = np.zeros(len(seeds), np.int64)
+        self._draws = BlockedDraws([functools.partial(self._block, np.random.default_rng(seed)) for seed in seeds])
         self._rows = np.arange(len(seeds))
         self._record: tuple = ()  # (replay actions, extras, log-probs) of the last actions
 
     @property
     def num_environments(self) -> int:
-        return len(self._rngs)
+        return len(self._rows)
 
     def observe_first(self, index: int, timestep: dm_env.TimeStep) -> None:
         if self._adder is not None:
@@ -82,7 +82,7 @@ class IMPALAVectorActor(core.WeightPuller):
         if self._version < 0:
             self.update(wait=True)
         out = self._policy.batch(observations)
-        draws = self._take_draws(len(out))
+        draws = self._draws.take(len(out))
         if self._discrete:
             # Inverse-CDF sampling, row by row the expressions of IMPALAActor._act_on.
             shifted = out - out.max(axis=1, keepdims=True)
@@ -124,16 +124,6 @@ class IMPALAVectorActor(core.WeightPuller):
         if self._discrete:
             return rng.random(acting.DRAWS_PER_BLOCK)
         return rng.standard_normal((acting.DRAWS_PER_BLOCK,) + self._draw_shape)
-
-    def _take_draws(self, m: int) -> np.ndarray:
-        """The next draw of environments 0..m-1, each from its own generator's stream."""
-        index = self._next[:m]  # a view, advanced in place
-        draws = self._draws[self._rows[:m], index]
-        index += 1
-        for k in np.flatnonzero(index == acting.DRAWS_PER_BLOCK):
-            self._draws[k] = self._block(self._rngs[k])
-            index[k] = 0
-        return draws
 
     def _load_policy(self, arrays: List[np.ndarray]) -> None:
         self._policy.load(arrays)
