@@ -227,13 +227,24 @@ class NStepTransitionAdder(closing.ClosesOnExit):
 
     def _check_first_step(self, action: Any, timestep: dm_env.TimeStep, next_obs: Any) -> None:
         """Checks the first step against the table signature (one-line error)."""
-        for name, value in (("reward", timestep.reward), ("discount", timestep.discount)):
-            if value is None or np.shape(value) != ():
-                shape = None if value is None else np.shape(value)
-                raise ValueError(f"replay field {name!r}: got {shape}, expected a scalar")
-        sample = Transition(self._obs, action, np.float32(0), np.float32(0), next_obs)
+        sample = check_first_step(self._obs, action, timestep, next_obs, self._signature, self._table)
         self._nested = any(tree.is_nested(x) for x in sample)
-        if self._signature is not None:
-            check_against_signature(sample, self._signature, self._table)
         self._checked = True
+
+
+def check_first_step(observation: Any, action: Any, timestep: dm_env.TimeStep, next_observation: Any,
+                     signature: Optional[Transition], table: str) -> Transition:
+    """Checks a step's transition fields: scalar reward and discount, and ``signature`` (None: skipped).
+
+    Raises a one-line ValueError naming the field; returns the transition
+    checked (reward and discount zero).
+    """
+    for name, value in (("reward", timestep.reward), ("discount", timestep.discount)):
+        if value is None or np.shape(value) != ():
+            shape = None if value is None else np.shape(value)
+            raise ValueError(f"replay field {name!r}: got {shape}, expected a scalar")
+    sample = Transition(observation, action, np.float32(0), np.float32(0), next_observation)
+    if signature is not None:
+        check_against_signature(sample, signature, table)
+    return sample
 

@@ -29,10 +29,9 @@ import tree
 
 from rlplat.replay import closing
 from rlplat.replay import errors
+from rlplat.replay.adders import check_first_step
 from rlplat.replay.packing import TransitionPacking
-from rlplat.replay.signature import check_against_signature
 from rlplat.replay.transition_stream import DEFAULT_MAX_PENDING_ITEMS, TransitionStream
-from rlplat.replay.types import Transition
 
 
 class VectorNStepAdder(closing.ClosesOnExit):
@@ -190,10 +189,5 @@ class VectorNStepAdder(closing.ClosesOnExit):
     def _check_first_step(self, action: np.ndarray, timestep: dm_env.TimeStep, next_observation: np.ndarray
                           ) -> None:
         """Checks one step against the table signature (one-line error), as the single adder does."""
-        for name, value in (("reward", timestep.reward), ("discount", timestep.discount)):
-            if value is None or np.shape(value) != ():
-                shape = None if value is None else np.shape(value)
-                raise ValueError(f"replay field {name!r}: got {shape}, expected a scalar")
-        sample = Transition(self._latest[0], action, np.float32(0), np.float32(0), next_observation)
-        check_against_signature(sample, self._signature, self._table)
+        check_first_step(self._latest[0], action, timestep, next_observation, self._signature, self._table)
         self._checked = True
