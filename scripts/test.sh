@@ -18,6 +18,11 @@
 # failed on them; BC now records noised teacher rollouts (agents/bc/README.md):
 # bench/bc_rollout_noise.py had 0 of 18 students below the bar with them, 1 of
 # 18 without.
+# Under xdist the modules go out longest first (seconds recorded in
+# tests/module_seconds.json; tests/scheduling.py); xdist's own order (most
+# tests first) left the one-test learning modules for last, one worker idle.
+# Refresh the file after adding a long module:
+#   scripts/test.sh --write-module-seconds tests/module_seconds.json
 set -uo pipefail
 cd "$(dirname "$0")/.."
 VENV="${RLPLAT_VENV:-.venv}"

@@ -20,6 +20,8 @@ import tensorflow as tf  # noqa: E402,F401  (TF starts here, after the variables
 
 from rlplat.replication import configure_cpu_replicas  # noqa: E402
 
+import scheduling  # noqa: E402  (tests/scheduling.py)
+
 MAX_TEST_REPLICAS = 4
 configure_cpu_replicas(MAX_TEST_REPLICAS)
 
@@ -77,9 +79,26 @@ class _OutlivingFixtureSetups:
             _outliving_fixtures_in_setup[0] -= outlives
 
 
+def pytest_addoption(parser):
+    parser.addoption("--write-module-seconds", metavar="PATH", default=None,
+                     help="write each test module's seconds (set-up + call + tear-down) to PATH as JSON; "
+                          "tests/module_seconds.json orders the modules under pytest-xdist (tests/scheduling.py)")
+
+
 def pytest_configure(config):
-    """Registers the session-fixture marker as a plugin, so it sees fixtures set up above ``tests/``."""
+    """Registers the session-fixture marker, and the module order and timing plugins (tests/scheduling.py)."""
     config.pluginmanager.register(_OutlivingFixtureSetups(), "rlplat-outliving-fixture-setups")
+    if config.pluginmanager.hasplugin("xdist"):
+        config.pluginmanager.register(scheduling.XdistScheduling(), "rlplat-module-scheduling")
+    path = config.getoption("--write-module-seconds")
+    if path and not hasattr(config, "workerinput"):  # the controller sees every worker's reports
+        config.pluginmanager.register(scheduling.ModuleSeconds(path), "rlplat-module-seconds")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Longest modules first (recorded seconds), so that no learning test starts last on an idle machine."""
+    del config
+    scheduling.order_by_recorded_seconds(items, scheduling.load_module_seconds())
 
 
 @pytest.fixture(autouse=True, scope="module")

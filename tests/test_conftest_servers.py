@@ -23,7 +23,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _PROJECT_CONFTEST = textwrap.dedent('''
     import importlib.util
+    import os
+    import sys
 
+    sys.path.insert(0, os.path.dirname({conftest!r}))  # its helper modules (tests/scheduling.py)
     _spec = importlib.util.spec_from_file_location("rlplat_tests_conftest", {conftest!r})
     _project = importlib.util.module_from_spec(_spec)
     _spec.loader.exec_module(_project)

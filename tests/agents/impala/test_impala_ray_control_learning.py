@@ -3,14 +3,18 @@
 cartpole:swingup, Gaussian policy (tanh-squashed), rewards scaled by 0.1. Two baselines are measured
 in the same test: uniformly random actions (~20 of 1000) and the untrained
 greedy policy (the network's initial mean action). The trained greedy policy
-must close 30% of the gap from the better of the two to the task's maximum of
-1000 (~320). In `bench/impala_learning.py` (2 seeds, the same config) the
-greedy return crossed that at 600k-750k env frames, after 100-300 for the
-first 300k frames: an untrained policy and one that stopped learning by
-~300k frames fail it. The run stops at the first evaluation that clears the
-bar; MAX_ACTOR_STEPS bounds it. Frames, not seconds, decide the outcome (the
-learner paces the actors through the queue's back-pressure), so a slow or
-loaded machine only makes the test longer.
+must close 15% of the gap from the better of the two to the task's maximum of
+1000 (~170, several times either baseline). In `bench/impala_learning.py`
+(2 seeds, the same config) the greedy return was 121 and 70 at 50k env
+frames and 226 and 243 at 100k, so a healthy run stops at its second
+evaluation; an untrained policy fails, and so does one that stops learning
+in its first ~50k frames. (The bar used to be 30% of the gap, ~320, which
+the same runs crossed only at 600k-750k frames: the suite's longest test at
+137-289 s on 2 cores; how far IMPALA gets is the bench's job.) The run
+stops at the first evaluation that clears the bar; MAX_ACTOR_STEPS bounds
+it. Frames, not seconds, decide the outcome (the learner paces the actors
+through the queue's back-pressure), so a slow or loaded machine only makes
+the test longer.
 """
 
 import json
@@ -24,7 +28,7 @@ TASK = "cartpole:swingup"
 EVAL_EVERY = 50_000
 MAX_ACTOR_STEPS = 2_000_000
 MAX_RETURN = 1000.0  # 1000 steps, rewards in [0, 1]
-GAP_CLOSED = 0.3
+GAP_CLOSED = 0.15
 
 
 def _baselines(config):
