@@ -165,6 +165,12 @@ class GaussianVectorActor(core.WeightPuller):
                                     for seed, sigma in zip(seeds, sigmas)])
         self._num_environments = len(seeds)
 
+    @classmethod
+    def for_policy(cls, policy: Any, variable_source: core.VariableSource, adder: Any, seeds: Sequence[int],
+                   sigmas: Sequence[float], **kwargs: Any) -> "GaussianVectorActor":
+        """The vector actor running the layers of the built Keras ``policy`` (as ``GaussianActor.for_policy``)."""
+        return cls(numpy_layers.export_layers(policy.layers), variable_source, adder, seeds, sigmas, **kwargs)
+
     @property
     def num_environments(self) -> int:
         return self._num_environments

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from rlplat_agents.ddpg.config import DDPGConfig
 from rlplat import core
@@ -60,3 +60,16 @@ class DDPGBuilder(core.AgentBuilder):
         return GaussianActor.for_policy(self.make_policy_network(environment_spec)[0]["policy"], variable_source,
                                         None if evaluation else adder, sigma=cfg.sigma, seed=seed,
                                         evaluation=evaluation, variable_update_period=cfg.variable_update_period)
+
+    def make_vector_actor(self, environment_spec: EnvironmentSpec, variable_source: core.VariableSource,
+                          replay_address: Optional[str], seeds: Sequence[int],
+                          actor_indices: Optional[Sequence[int]] = None) -> Any:
+        """One ``GaussianVectorActor`` for K environments, each acting and recording as a ``make_actor`` actor."""
+        from rlplat.gaussian_actor import GaussianVectorActor  # pylint: disable=g-import-not-at-top
+
+        del actor_indices  # every DDPG actor has the same sigma
+        k = len(seeds)
+        adder = self._replay().make_vector_adder(replay_address, environment_spec, k) if replay_address else None
+        return GaussianVectorActor.for_policy(self.make_policy_network(environment_spec)[0]["policy"], variable_source,
+                                              adder, seeds, [self.config.sigma] * k,
+                                              variable_update_period=self.config.variable_update_period)

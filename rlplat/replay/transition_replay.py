@@ -3,7 +3,8 @@
 An agent whose actors write n-step ``Transition``s and whose learner samples them
 uniformly needs the same three builder factories every time: a uniform FIFO table
 rate-limited to ``samples_per_insert`` (validated so it cannot stall), an
-``NStepTransitionAdder`` and a ``tf.data`` input function, all agreeing on the
+``NStepTransitionAdder`` (or a ``VectorNStepAdder`` for a vector actor's K
+streams) and a ``tf.data`` input function, all agreeing on the
 item format (packed into one float32 vector by default, ``rlplat.replay.packing``).
 ``TransitionReplay`` holds those settings (plain values: it pickles) and makes
 the three, so a builder's replay factories are one line each.
@@ -21,6 +22,7 @@ from rlplat.replay import tables
 from rlplat.replay.adders import NStepTransitionAdder
 from rlplat.replay.packing import TransitionPacking
 from rlplat.replay.signature import transition_signature
+from rlplat.replay.vector_nstep_adder import VectorNStepAdder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +70,14 @@ class TransitionReplay:
     def make_adder(self, replay_address: str, environment_spec: Any) -> NStepTransitionAdder:
         return NStepTransitionAdder(reverb.Client(replay_address), self.table, self.n_step, self.discount,
                                     **self.item_format(environment_spec))
+
+    def make_vector_adder(self, replay_address: str, environment_spec: Any, num_streams: int) -> VectorNStepAdder:
+        """``num_streams`` adders' streams in one ``VectorNStepAdder`` (packed items only)."""
+        packing = self.item_format(environment_spec)["packing"]
+        if packing is None:
+            raise ValueError("a VectorNStepAdder writes packed transitions only (pack=True)")
+        return VectorNStepAdder(reverb.Client(replay_address), self.table, self.n_step, self.discount, num_streams,
+                                packing=packing)
 
     def make_input_fn(self, replay_address: str, environment_spec: Any) -> Callable[..., Any]:
         """Per-replica batches of ``Transition`` (``global_batch_size`` over all replicas)."""
