@@ -19,8 +19,11 @@ default ``D4PGBuilder``, cartpole:swingup):
    ``time.process_time`` of the actor process (all its threads, Ray's
    included), read at the start and end of a window of chunks; raw steppers
    run in processes with the same settings, as many in parallel as actors,
-   in the block just before (blocks interleaved round by round; the median
-   of the per-round ratios is kept).
+   in blocks just before and just after each window (their mean; blocks
+   interleaved round by round; the median of the per-round ratios is kept).
+   With ``--envs-per-actor K`` each actor steps K environments through the
+   agent's vector actor (D4PG: ``GaussianVectorActor`` with a
+   ``VectorNStepAdder``).
 2. Learner: steps/s of the builder's learner fed from Reverb (the real
    ``make_learner`` / input_fn path, server in the same process and sampled
    through 127.0.0.1, as ``LearnerWorker`` does) against the same learner
@@ -218,12 +221,18 @@ def measure_actors(args, builder, spec, log):
     rounds = {1: [], 2: []}
     for r in range(args.actor_rounds):
         for k in (1, 2):
+            # Raw blocks on both sides of the window: the machine's speed drifts
+            # (identical raw blocks read +-10% minutes apart), and the mean of
+            # the blocks just before and just after tracks the window better.
             raw = ray.get([raws[i].run.remote(args.raw_steps) for i in range(k)])
             windows = accounting.actor_window(ray, actors[:k], chunk_steps, args.actor_chunks)
+            raw += ray.get([raws[i].run.remote(args.raw_steps) for i in range(k)])
             raw_rate = statistics.mean(x["steps"] / x["cpu_s"] for x in raw)
             rates = [w["steps"] / w["process_cpu_s"] for w in windows]
             rounds[k].append({
                 "raw_steps_per_cpu_s": raw_rate, "raw": raw,
+                "raw_before_after_steps_per_cpu_s": [
+                    round(statistics.mean(x["steps"] / x["cpu_s"] for x in half), 1) for half in (raw[:k], raw[k:])],
                 "actor_steps_per_cpu_s": rates,
                 "efficiency": statistics.mean(rates) / raw_rate,
                 "env_steps_per_wall_s": sum(w["steps"] for w in windows) / max(
@@ -268,8 +277,8 @@ def measure_actors(args, builder, spec, log):
                    "(the actors' first pull goes through Ray, which always has a newer version); "
                    "Reverb server (MinSize limiter) in that stand-in learner's process. Efficiency = "
                    "(env steps / actor process CPU-s) / (random-action env steps / CPU-s of a process "
-                   "with the same settings), raw block run just before each actor block with as many "
-                   "raw processes in parallel as actors; median over rounds." % chunk_steps),
+                   "with the same settings), raw blocks run just before and just after each actor block "
+                   "(their mean) with as many raw processes in parallel as actors; median over rounds." % chunk_steps),
         "chunk_steps": chunk_steps,
         "chunks_per_window": args.actor_chunks,
         "raw_steps_per_block": args.raw_steps,

@@ -5,8 +5,8 @@ single step appended just before it. What is left is the writer's life: it is
 created on the first item (its chunk length depends on the item's size),
 flushed every ``flush_period`` items with at most ``max_pending_items``
 unconfirmed, ended at every episode end, and closed; every wait has a
-timeout. ``NStepTransitionAdder`` owns one stream, ``VectorNStepAdder`` one
-per environment.
+timeout. ``NStepTransitionAdder`` owns one stream, and a ``VectorNStepAdder``
+one for all of its environments.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ PACKING = TransitionPacking.from_specs(tf.TensorSpec((OBS,), tf.float32), tf.Ten
 @pytest.fixture(scope="module")
 def address():
     server = replay.make_server([replay.make_queue_table(name, 100_000, PACKING.table_signature)
-                                 for name in ("separate", "vector")])
+                                 for name in ("separate", "vector", "ended")])
     yield f"127.0.0.1:{server.port}"
     server.stop()
 
@@ -119,6 +119,25 @@ def test_each_stream_gets_exactly_the_items_of_its_own_adder(address):
         assert len(mine) > 100
         # Same items in the same order, every bit (returns summed in float64 as the single adder does).
         np.testing.assert_array_equal(mine, separate[separate[:, 0] == k])
+
+
+def test_an_episode_end_confirms_every_item_written_so_far(address):
+    # The streams share one writer; an episode end flushes it, as the single
+    # adder's episode end does, so a finished episode is in the table at once.
+    client = reverb.Client(address)
+    adder = VectorNStepAdder(client, "ended", N_STEP, GAMMA, K, packing=PACKING)
+    for k in range(K):
+        adder.add_first(k, dm_env.restart(np.full(OBS, k, np.float64)))
+    step = [dm_env.transition(1.0, np.ones(OBS)) for _ in range(K)]
+    for _ in range(5):  # 5 - N_STEP + 1 = 3 items per stream, under the flush period
+        adder.add(np.zeros((K, ACT)), step)
+    last = list(step)
+    last[2] = dm_env.termination(1.0, np.ones(OBS))
+    adder.add(np.zeros((K, ACT)), last)
+    # 4 per stream from the windows, plus stream 2's tail of N_STEP - 1.
+    assert adder.num_items == 4 * K + N_STEP - 1
+    assert client.server_info(timeout=5)["ended"].current_size == adder.num_items
+    adder.close()
 
 
 def test_misuse_is_refused_with_the_fix(address):
