@@ -28,6 +28,8 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench import seeds  # noqa: E402
+
 FORMATS = ("packed", "columns")
 
 
@@ -126,6 +128,7 @@ def main():
         "benchmark": "replay_packing",
         "command": "python bench/replay_packing.py " + " ".join(sys.argv[1:]),
         "env": args.env,
+        "machine": seeds.machine(),  # the CPU model: figures depend on it
         "transition_floats": builders["packed"].make_packing(spec).size,
         "batch_size": batch_size,
         "rounds": args.rounds,

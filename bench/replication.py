@@ -27,6 +27,7 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench import seeds  # noqa: E402
 from rlplat.utils import tf_setup  # noqa: E402
 
 REPLICA_COUNTS = (1, 2, 4)
@@ -129,6 +130,7 @@ def main(argv=None):
         "steps_per_block": args.steps,
         "rounds": args.rounds,
         "cpus": os.cpu_count(),
+        "machine": seeds.machine(),  # the CPU model: figures depend on it
         "results": results,
         "overhead_at_1_replica": overhead,
         "load_average_1min": os.getloadavg()[0],
