@@ -562,7 +562,7 @@ def main(argv=None):
     parser.add_argument("--actor-rounds", type=int, default=5)
     parser.add_argument("--actor-chunks", type=int, default=6, help="run_steps chunks per actor window")
     parser.add_argument("--raw-steps", type=int, default=5000, help="random-action steps per raw block")
-    parser.add_argument("--learner-rounds", type=int, default=4,
+    parser.add_argument("--learner-rounds", type=int, default=8,
                         help="pairs of learner runs (Reverb-fed, memory-fed), each in its own process")
     parser.add_argument("--learner-blocks", type=int, default=4, help="timed blocks per learner run")
     parser.add_argument("--learner-block-steps", type=int, default=300)

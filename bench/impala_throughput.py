@@ -13,7 +13,8 @@ default ``IMPALABuilder``, gym:CartPole-v1):
    hosted by a stand-in learner process that drains it through the
    learner's own dataset (``builder.make_dataset``) in a thread and answers
    every weight pull with a newer version (all pulls move the weights).
-   Blocks alternate raw, actors, round by round; medians of rounds are kept.
+   Blocks alternate raw, actors, raw, round by round (the raw blocks on
+   both sides of a window are averaged); medians of rounds are kept.
    The per-frame CPU breakdown (env, policy, Reverb write, Ray) comes from
    the loop's own timers and per-thread CPU from /proc (helpers in
    bench/cpu_accounting.py, shared with bench/d4pg_throughput.py).
@@ -207,13 +208,20 @@ def measure_actors(args, builder, spec, log):
     rounds = {1: [], 2: []}
     for r in range(args.actor_rounds):
         for k in (1, 2):
-            raw = ray.get([raws[i].run.remote(args.raw_steps) for i in range(k)], timeout=300)
+            # Raw blocks just before and just after the window (their mean), as
+            # in d4pg_throughput.py: the machine's speed drifts between blocks.
+            before = ray.get([raws[i].run.remote(args.raw_steps) for i in range(k)], timeout=300)
             windows = accounting.actor_window(ray, actors[:k], chunk_steps, args.actor_chunks)
+            after = ray.get([raws[i].run.remote(args.raw_steps) for i in range(k)], timeout=300)
+            raw = before + after
             raw_rate = statistics.mean(x["steps"] / x["cpu_s"] for x in raw)
             rates = [w["steps"] / w["process_cpu_s"] for w in windows]
             rounds[k].append({
                 "raw_frames_per_cpu_s": raw_rate, "raw": raw,
-                "raw_frames_per_wall_s_all": sum(x["steps"] for x in raw) / max(x["wall_s"] for x in raw),
+                "raw_before_after_frames_per_cpu_s": [
+                    round(statistics.mean(x["steps"] / x["cpu_s"] for x in half), 1) for half in (before, after)],
+                "raw_frames_per_wall_s_all": statistics.mean(
+                    sum(x["steps"] for x in half) / max(x["wall_s"] for x in half) for half in (before, after)),
                 "actor_frames_per_cpu_s": rates,
                 "efficiency": statistics.mean(rates) / raw_rate,
                 "frames_per_wall_s_all": sum(w["steps"] for w in windows) / max(
@@ -255,7 +263,8 @@ def measure_actors(args, builder, spec, log):
                    "per actor; the builder's real Reverb queue in a stand-in learner process that drains "
                    "it with builder.make_dataset in a thread and answers every pull with a newer "
                    "version. Raw: random actions in as many Ray processes with the same settings, run "
-                   "just before each actor block. Per CPU-s = frames / actor process CPU (all threads); "
+                   "just before and just after each actor block (their mean). Per CPU-s = frames / "
+                   "actor process CPU (all threads); "
                    "efficiency = that / raw frames per CPU-s. Medians over rounds. The served weights are "
                    "an untrained network's, so CartPole episodes last ~20-25 frames: per-episode costs "
                    "(reset, the padded last unroll, the adder's end-of-episode flush) weigh more per "
