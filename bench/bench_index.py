@@ -48,7 +48,8 @@ def _throughput_impala(d: Dict[str, Any]) -> List[str]:
     s = d["system"]
     return [f"system: {_fmt(s['env_frames_per_s'])} env frames/s, learner "
             f"{_fmt(s['learner_steps_per_s'])} steps/s, consumed/produced "
-            f"{_fmt(s['consumed_over_produced'])}"] + _vectorised_actors("impala_throughput")
+            f"{_fmt(s['consumed_over_produced'])} (learner frames include the zero padding of each "
+            f"episode's last unroll, so short episodes read above 1)"] + _vectorised_actors("impala_throughput")
 
 
 def _vectorised_actors(stem: str) -> List[str]:

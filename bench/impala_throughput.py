@@ -499,6 +499,9 @@ def measure_system(args, builder, log):
     env_rate = _slope([(r["wall_time"], r["step"]) for r in window])
     lwin = [r for r in learner if t0 <= r["wall_time"] <= t1]
     learn_rate = _slope([(r["wall_time"], r["step"]) for r in lwin])
+    # Every step of a sampled unroll counts, the zero padding after an episode's
+    # end included (its last unroll is padded to T+1): the queue hands out each
+    # unroll once, yet consumed/produced reads above 1 when episodes are short.
     frames = cfg.global_batch_size * cfg.unroll_length
     lags = [r["policy_lag_mean"] for r in lwin if isinstance(r.get("policy_lag_mean"), (int, float))]
     return {
