@@ -69,11 +69,13 @@ class _ShuffledBC(BCBuilder):
 
 
 def _clone(builder_class, teacher_logdir):
+    # One evaluation, at the end: it is the one the tests read (bench/bc_rollout_noise.py keeps the curve).
     out = run_offline(builder_class(BCConfig(teacher_logdir=teacher_logdir)), bc_testlib.make_environment,
-                      STUDENT_STEPS, eval_every=1000, eval_episodes=EPISODES, seed=SEED)
+                      STUDENT_STEPS, eval_episodes=EPISODES, seed=SEED)
     print(f"\n{builder_class.__name__}: evaluations {out['evaluations']}, last loss {out['metrics']['loss']:.3g}, "
           f"{out['dataset_size']} rows")
     assert out["learner_steps"] == STUDENT_STEPS and out["dataset_size"] == 10 * 1000  # 10 whole episodes
+    assert [step for step, _ in out["evaluations"]] == [STUDENT_STEPS]
     return out["evaluations"][-1][1]
 
 
