@@ -99,6 +99,28 @@ def thread_diff(before, after, exclude=None):
     return by_name
 
 
+def window_between_raw_blocks(ray, handles, raws, chunk_steps, chunks, raw_steps, timeout_s=300.0):
+    """One ``actor_window`` of ``handles`` with a raw block of ``raw_steps`` just before and just after it.
+
+    The raw steppers (as many as actors, ``raws[i].run``) bracket the window
+    because the machine's speed drifts between blocks: identical raw blocks
+    read +-10% within one run, and the mean of the two blocks tracks the
+    window better than the block before it alone. Returns ``(before, windows,
+    after)``.
+    """
+    def raw_block():
+        return ray.get([raws[i].run.remote(raw_steps) for i in range(len(handles))], timeout=timeout_s)
+
+    before = raw_block()
+    windows = actor_window(ray, handles, chunk_steps, chunks)
+    return before, windows, raw_block()
+
+
+def steps_per_cpu_s(blocks):
+    """Mean steps per CPU-second of raw blocks (``{"steps", "cpu_s", ...}`` each)."""
+    return statistics.mean(x["steps"] / x["cpu_s"] for x in blocks)
+
+
 def actor_window(ray, handles, chunk_steps, chunks):
     """Runs ``chunks`` run_steps calls on each actor (one in flight each, as the driver does)."""
     before = ray.get([h.cpu_snapshot.remote() for h in handles])

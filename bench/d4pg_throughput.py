@@ -221,18 +221,15 @@ def measure_actors(args, builder, spec, log):
     rounds = {1: [], 2: []}
     for r in range(args.actor_rounds):
         for k in (1, 2):
-            # Raw blocks on both sides of the window: the machine's speed drifts
-            # (identical raw blocks read +-10% minutes apart), and the mean of
-            # the blocks just before and just after tracks the window better.
-            raw = ray.get([raws[i].run.remote(args.raw_steps) for i in range(k)])
-            windows = accounting.actor_window(ray, actors[:k], chunk_steps, args.actor_chunks)
-            raw += ray.get([raws[i].run.remote(args.raw_steps) for i in range(k)])
-            raw_rate = statistics.mean(x["steps"] / x["cpu_s"] for x in raw)
+            before, windows, after = accounting.window_between_raw_blocks(
+                ray, actors[:k], raws, chunk_steps, args.actor_chunks, args.raw_steps)
+            raw = before + after
+            raw_rate = accounting.steps_per_cpu_s(raw)
             rates = [w["steps"] / w["process_cpu_s"] for w in windows]
             rounds[k].append({
                 "raw_steps_per_cpu_s": raw_rate, "raw": raw,
                 "raw_before_after_steps_per_cpu_s": [
-                    round(statistics.mean(x["steps"] / x["cpu_s"] for x in half), 1) for half in (raw[:k], raw[k:])],
+                    round(accounting.steps_per_cpu_s(half), 1) for half in (before, after)],
                 "actor_steps_per_cpu_s": rates,
                 "efficiency": statistics.mean(rates) / raw_rate,
                 "env_steps_per_wall_s": sum(w["steps"] for w in windows) / max(

@@ -208,18 +208,15 @@ def measure_actors(args, builder, spec, log):
     rounds = {1: [], 2: []}
     for r in range(args.actor_rounds):
         for k in (1, 2):
-            # Raw blocks just before and just after the window (their mean), as
-            # in d4pg_throughput.py: the machine's speed drifts between blocks.
-            before = ray.get([raws[i].run.remote(args.raw_steps) for i in range(k)], timeout=300)
-            windows = accounting.actor_window(ray, actors[:k], chunk_steps, args.actor_chunks)
-            after = ray.get([raws[i].run.remote(args.raw_steps) for i in range(k)], timeout=300)
+            before, windows, after = accounting.window_between_raw_blocks(
+                ray, actors[:k], raws, chunk_steps, args.actor_chunks, args.raw_steps)
             raw = before + after
-            raw_rate = statistics.mean(x["steps"] / x["cpu_s"] for x in raw)
+            raw_rate = accounting.steps_per_cpu_s(raw)
             rates = [w["steps"] / w["process_cpu_s"] for w in windows]
             rounds[k].append({
                 "raw_frames_per_cpu_s": raw_rate, "raw": raw,
                 "raw_before_after_frames_per_cpu_s": [
-                    round(statistics.mean(x["steps"] / x["cpu_s"] for x in half), 1) for half in (before, after)],
+                    round(accounting.steps_per_cpu_s(half), 1) for half in (before, after)],
                 "raw_frames_per_wall_s_all": statistics.mean(
                     sum(x["steps"] for x in half) / max(x["wall_s"] for x in half) for half in (before, after)),
                 "actor_frames_per_cpu_s": rates,

@@ -4,9 +4,10 @@ An n-step adder computes each transition itself, so every item references the
 single step appended just before it. What is left is the writer's life: it is
 created on the first item (its chunk length depends on the item's size),
 flushed every ``flush_period`` items with at most ``max_pending_items``
-unconfirmed, ended at every episode end, and closed; every wait has a
-timeout. ``NStepTransitionAdder`` owns one stream, and a ``VectorNStepAdder``
-one for all of its environments.
+unconfirmed, and closed; every wait has a timeout. ``NStepTransitionAdder``
+owns one stream and ends its episode at every episode end; a
+``VectorNStepAdder`` shares one among all of its environments and flushes it
+at an episode end instead (the other environments are still writing).
 """
 
 from __future__ import annotations
