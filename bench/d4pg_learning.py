@@ -65,15 +65,19 @@ def main(argv=None):
     return write_report(args.out)
 
 
-def run_one(args, overrides, seed):
-    """One training run to the target; its eval curve and rates."""
+def run_one(args, overrides, seed, bench=BENCH):
+    """One training run to the target (or the budget); its eval curve and rates.
+
+    ``args`` needs ``env``, ``variant``, ``num_actors``, ``max_actor_steps``,
+    ``eval_every``, ``eval_episodes`` and ``target`` (None: run the budget).
+    """
     from rlplat_agents.d4pg.builder import D4PGBuilder  # pylint: disable=g-import-not-at-top
     from rlplat_agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top
     from rlplat.runners import Experiment, RayLayoutConfig, run_on_ray  # pylint: disable=g-import-not-at-top
 
-    logdir = tempfile.mkdtemp(prefix=f"d4pg_learning_s{seed}_")
+    logdir = tempfile.mkdtemp(prefix=f"{bench}_s{seed}_")
     config = D4PGConfig(**overrides)
-    print(f"[{BENCH}/{args.variant}] seed {seed}: logdir {logdir}", flush=True)
+    print(f"[{bench}/{args.variant}] seed {seed}: logdir {logdir}", flush=True)
     start = time.time()
     experiment = Experiment(D4PGBuilder(config=config), args.env, num_actors=args.num_actors,
                             max_actor_steps=args.max_actor_steps, logdir=logdir, seed=seed,
@@ -90,7 +94,7 @@ def run_one(args, overrides, seed):
                               "learner_steps": record.get("learner_steps"),
                               "eval_return": record["eval_return"]})
     hit = seeds_lib.first_reaching(curve, args.target) if args.target is not None else None
-    print(f"[{BENCH}/{args.variant}] seed {seed}: "
+    print(f"[{bench}/{args.variant}] seed {seed}: "
           + (f"{hit['eval_return']:.1f} at {hit['actor_steps']:,} env steps, {hit['seconds']:.0f} s"
              if hit else f"not reached; best {max((p['eval_return'] for p in curve), default=None)}"),
           flush=True)
