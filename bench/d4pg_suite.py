@@ -8,7 +8,7 @@ is kept in ``results/runs/d4pg_suite-<variant>-<domain>_<task>-seed<N>.json``
 as soon as it ends, so an interrupted sweep resumes where it stopped.
 
     python bench/d4pg_suite.py [--tasks walker:walk,cheetah:run | --tasks all]
-        [--seeds 3] [--max-actor-steps 500000] [--eval-every 10000] [--eval-episodes 10]
+        [--seeds 3] [--max-actor-steps 500000] [--eval-every 20000] [--eval-episodes 10]
         [--variant NAME --set FIELD=VALUE ...] [--report-only]
 
 Env steps are counted as the published reference counts them: environment
@@ -83,7 +83,7 @@ def main(argv=None):
                         help="comma-separated DOMAIN:TASK names, or 'all'")
     parser.add_argument("--num-actors", type=int, default=2)
     parser.add_argument("--max-actor-steps", type=int, default=500_000)
-    parser.add_argument("--eval-every", type=int, default=10_000, help="env steps between evaluations")
+    parser.add_argument("--eval-every", type=int, default=20_000, help="env steps between evaluations")
     parser.add_argument("--eval-episodes", type=int, default=10)
     seeds_lib.add_sweep_arguments(parser, "D4PGConfig",
                                   os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
@@ -101,9 +101,14 @@ def main(argv=None):
 
 def run_task_seed(args, overrides, task: str, seed: int) -> Dict[str, Any]:
     """Runs (or reuses) one task's seed; returns its record."""
+    from rlplat_agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top  (no TF)
+
+    # The whole config, not just the overrides: a record made under other
+    # defaults must not be reused after a default changes.
     settings = {"env": task, "target": None, "num_actors": args.num_actors,
                 "max_actor_steps": args.max_actor_steps, "eval_every": args.eval_every,
-                "eval_episodes": args.eval_episodes, "overrides": overrides, "action_repeat": 1}
+                "eval_episodes": args.eval_episodes, "overrides": overrides, "action_repeat": 1,
+                "config": D4PGConfig(**overrides).to_dict()}
     run_args = argparse.Namespace(env=task, variant=f"{args.variant}-{_slug(task)}", target=None,
                                   num_actors=args.num_actors, max_actor_steps=args.max_actor_steps,
                                   eval_every=args.eval_every, eval_episodes=args.eval_episodes)
