@@ -76,6 +76,17 @@ def _learning(d: Dict[str, Any]) -> List[str]:
     return lines + ["full table: [results.md](results.md)"]
 
 
+def _suite(d: Dict[str, Any]) -> List[str]:
+    lines = []
+    for variant, tasks in sorted(d["variants"].items()):
+        for task, entry in tasks.items():
+            s500 = entry["scores"]["500000"]
+            score = "-" if s500["mean"] is None else f"{s500['mean']:.0f} ± {s500['std']:.0f}"
+            ratio = "" if s500["ratio"] is None else f", {s500['ratio']:.2f}x State SAC"
+            lines.append(f"[{variant}] {task}: {entry['num_seeds']} seed(s), 500k score {score}{ratio}")
+    return lines + ["full table: [results.md](results.md)"]
+
+
 def _replay_packing(d: Dict[str, Any]) -> List[str]:
     return [f"one column per field / packed: write cost {_fmt(d['write_cost_ratio_columns_over_packed'])}x, "
             f"sample cost {_fmt(d['sample_cost_ratio_columns_over_packed'])}x"]
@@ -165,6 +176,7 @@ def _bc_noise(d: Dict[str, Any]) -> List[str]:
 BENCHES: Dict[str, tuple] = {
     "d4pg_learning": ("d4pg_learning.json", _learning),
     "impala_learning": ("impala_learning.json", _learning),
+    "d4pg_suite": ("d4pg_suite.json", _suite),
     "d4pg_throughput": ("d4pg_throughput.json", _throughput_d4pg),
     "impala_throughput": ("impala_throughput.json", _throughput_impala),
     "d4pg_pull_rate": ("d4pg_pull_rate.json", _pull_rate),

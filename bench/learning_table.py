@@ -109,6 +109,66 @@ def render(rows: List[Dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _mean_std(score) -> str:
+    if score is None or score.get("mean") is None:
+        return "-"
+    return f"{score['mean']:.0f} ± {score['std']:.0f} ({score['num_seeds']})"
+
+
+def _published(score) -> str:
+    if score is None or score.get("published_mean") is None:
+        return "-"
+    return f"{score['published_mean']:.0f} ± {score['published_std']:.0f}"
+
+
+def _ratio(score) -> str:
+    if score is None or score.get("ratio") is None:
+        return "-"
+    mark = " ✓" if score.get("meets_target") else ""
+    return f"{score['ratio']:.2f}{mark}"
+
+
+def suite_section(path: str) -> List[str]:
+    """The control-suite table from ``bench/d4pg_suite.py``'s JSON (empty when it has not run)."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        report = json.load(f)
+    head = ["task", "variant", "seeds", "published 100k", "rlplat 100k", "ratio", "published 500k",
+            "rlplat 500k", "ratio", "env steps to 0.9x published 500k, per seed",
+            "wall time to 0.9x, per seed", "source", "machine"]
+    lines = ["## D4PG across the control suite", "",
+             "Generated from `bench/results/d4pg_suite.json` (`python bench/d4pg_suite.py`): "
+             "`rlplat train d4pg --env TASK` with the default config for every task, 2 actors, "
+             "10 greedy episodes every 20k env steps. A score at S env steps is the mean over seeds "
+             "(± std, seeds counted in brackets) of each run's mean of its last 3 evaluations at "
+             "or before S. Env steps are simulator steps, as CURL counts them; rlplat's defaults "
+             "use no action repeat, so one agent step is one env step. A ratio marked ✓ is at "
+             "least 0.9. Wall time includes start-up.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    sources: List[str] = []
+    for variant, tasks in sorted(report.get("variants", {}).items()):
+        for task, entry in tasks.items():
+            s100, s500 = entry["scores"].get("100000"), entry["scores"].get("500000")
+            per_seed = sorted(entry["per_seed"], key=lambda p: p["seed"])
+            steps = ", ".join("not reached" if p["steps_to_bar"] is None else _fmt_steps(p["steps_to_bar"])
+                              for p in per_seed) if entry.get("bar") else "-"
+            walls = ", ".join("-" if p["seconds_to_bar"] is None else f"{p['seconds_to_bar'] / 60:.1f} min"
+                              for p in per_seed) if entry.get("bar") else "-"
+            source = entry.get("published_source")
+            if source and source not in sources:
+                sources.append(source)
+            ref = f"[S{sources.index(source) + 1}]" if source else "-"
+            lines.append("| " + " | ".join([
+                task, variant, str(entry["num_seeds"]), _published(s100), _mean_std(s100), _ratio(s100),
+                _published(s500), _mean_std(s500), _ratio(s500), steps, walls, ref,
+                ", ".join(entry.get("machines", []))]) + " |")
+    lines.append("")
+    lines += [f"[S{i + 1}] {source}." for i, source in enumerate(sources)]
+    lines.append("")
+    return lines
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--results", default=os.path.join(_HERE, "results"))
@@ -117,7 +177,7 @@ def main(argv=None):
     rows = []
     for path in sorted(glob.glob(os.path.join(args.results, "*_learning.json"))):
         rows += rows_from(path)
-    text = render(rows)
+    text = render(rows) + "\n".join(suite_section(os.path.join(args.results, "d4pg_suite.json")))
     with open(args.out, "w") as f:
         f.write(text)
     print(text)

@@ -16,6 +16,11 @@ import dataclasses
 import math
 from typing import Any, Dict, Iterable
 
+# The learners compute in float32 and count in int64: a value outside these
+# ranges would become inf or wrap there, whatever float64 and Python allow.
+FLOAT32_MAX = 3.4028234663852886e38
+INT64_MAX = 2**63 - 1
+
 
 def field(default: Any, help: str) -> Any:
     """A dataclass field with a default and the help text of its command-line flag."""
@@ -39,6 +44,9 @@ def check_ints(config: Any, names: Iterable[str]) -> None:
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"{name} must be an integer (got {value!r}); "
                              f"set {flag(name)} to a whole number")
+        if abs(value) > INT64_MAX:
+            raise ValueError(f"{name} must fit in 64 bits (got {value}); set {flag(name)} to at most "
+                             f"{INT64_MAX}")
 
 
 def check_floats(config: Any, names: Iterable[str]) -> None:
@@ -51,6 +59,9 @@ def check_floats(config: Any, names: Iterable[str]) -> None:
         if not math.isfinite(value):
             raise ValueError(f"{name} must be finite (got {value!r}); "
                              f"set {flag(name)} to a finite number")
+        if abs(value) > FLOAT32_MAX:
+            raise ValueError(f"{name} is beyond float32's range (got {value!r}), where the learner "
+                             f"computes; set {flag(name)} to a finite float32 (|x| <= 3.4e38)")
         object.__setattr__(config, name, float(value))
 
 

@@ -24,19 +24,16 @@ actors draw no noise, so the same checkpoint and seed give the same returns.
 from __future__ import annotations
 
 import dataclasses
-import glob
 import json
 import os
-import re
 from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple
 
 import dm_env
 import numpy as np
 
 from rlplat import core
+from rlplat import run_dir
 
-CHECKPOINT_SUBDIR = "checkpoints"  # as the layouts write it (rlplat.distributed.counters)
-_CKPT_INDEX = re.compile(r"ckpt-(\d+)\.index$")
 
 
 class RunError(ValueError):
@@ -69,7 +66,7 @@ class RunRecord:
           RunError: no checkpoint, or none at ``step`` (the message lists those kept).
         """
         if not self.checkpoints:
-            raise RunError(f"{self.logdir} has no checkpoint in {CHECKPOINT_SUBDIR}/ (ckpt-N.index); "
+            raise RunError(f"{self.logdir} has no checkpoint in {run_dir.CHECKPOINTS}/ (named by its state file); "
                            "evaluate a run that saved one (runs checkpoint every --checkpoint-period "
                            "seconds and when they end)")
         if step is None:
@@ -82,13 +79,11 @@ class RunRecord:
 
 
 def checkpoint_steps(logdir: str) -> Dict[int, str]:
-    """Learner step -> prefix of every ``ckpt-<step>`` in ``logdir/checkpoints``, oldest first."""
-    found = {}
-    for index in glob.glob(os.path.join(glob.escape(logdir), CHECKPOINT_SUBDIR, "ckpt-*.index")):
-        match = _CKPT_INDEX.search(index)
-        if match:
-            found[int(match.group(1))] = index[:-len(".index")]
-    return dict(sorted(found.items()))
+    """Learner step -> prefix of every intact checkpoint the state file names, oldest first.
+
+    Files a crashed writer left without naming them (orphans) are not checkpoints.
+    """
+    return {step: run_dir.checkpoint_prefix(logdir, step) for step in run_dir.checkpoint_steps(logdir)}
 
 
 def read_run(logdir: str) -> RunRecord:
@@ -101,8 +96,8 @@ def read_run(logdir: str) -> RunRecord:
     if not os.path.isdir(logdir):
         raise RunError(f"--logdir {logdir} is not a directory; pass a run directory "
                        "(`rlplat train ... --logdir RUN`)")
-    config = _read_json(logdir, "config.json")
-    info = _read_json(logdir, "run_info.json")
+    config = _read_json(run_dir.config_path(logdir))
+    info = _read_json(run_dir.run_info_path(logdir))
     builder, agent, env = info.get("builder"), config.get("agent"), config.get("env")
     if not isinstance(builder, str) or not isinstance(agent, dict) or not isinstance(env, str):
         raise RunError(f"{logdir} does not look like an rlplat RL training run (config.json needs "
@@ -112,8 +107,7 @@ def read_run(logdir: str) -> RunRecord:
                      env_kwargs=dict(env_kwargs), checkpoints=checkpoint_steps(logdir))
 
 
-def _read_json(logdir: str, name: str) -> Dict[str, Any]:
-    path = os.path.join(logdir, name)
+def _read_json(path: str) -> Dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as f:
             value = json.load(f)

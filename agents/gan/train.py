@@ -10,7 +10,6 @@ resumed run continues the same streams.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any, Dict, Optional
 
@@ -22,11 +21,11 @@ from rlplat_agents.gan.config import GANConfig
 from rlplat_agents.supervised import data
 from rlplat import controller
 from rlplat import replication
+from rlplat import run_dir
 from rlplat.utils import checkpointing
 from rlplat.utils import loggers
 from rlplat.utils import run_info
 
-CHECKPOINT_SUBDIR = "checkpoints"
 NUM_EVAL_SAMPLES = 500
 NUM_GRID_SAMPLES = 16
 
@@ -51,9 +50,10 @@ def train(config: GANConfig, num_replicas: Optional[int], logdir: str, resume: b
     repl = replication.make_replicator(num_replicas=num_replicas, eager=debug_eager)
     learner = learning.GANLearner(config, repl)
     checkpointer = checkpointing.Checkpointer(
-        os.path.join(logdir, CHECKPOINT_SUBDIR), is_chief=repl.is_chief,
+        run_dir.checkpoints_dir(logdir), is_chief=repl.is_chief,
         max_to_keep=config.max_checkpoints_to_keep, **learner.checkpointables())
-    start_step = checkpointer.restore_latest() if resume else 0
+    restore_step = run_dir.start_step(logdir, resume)
+    start_step = 0 if restore_step is None else checkpointer.restore(restore_step)
     if repl.is_chief:
         run_info.write_run_info(logdir, config.to_dict(), extra={
             "num_replicas": repl.num_replicas, "resumed_from_step": start_step if resume else None})

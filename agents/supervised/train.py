@@ -21,11 +21,9 @@ no step is repeated or lost. Ctrl-C saves a checkpoint before leaving.
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any, Dict, Optional
 
-import tensorflow as tf
 import tqdm
 
 from rlplat_agents.supervised import data
@@ -33,23 +31,10 @@ from rlplat_agents.supervised import learning
 from rlplat_agents.supervised.config import SupervisedConfig
 from rlplat import controller
 from rlplat import replication
+from rlplat import run_dir
 from rlplat.utils import checkpointing
 from rlplat.utils import loggers
 from rlplat.utils import run_info
-
-CHECKPOINT_SUBDIR = "checkpoints"
-
-
-def check_logdir(logdir: str, resume: bool) -> None:
-    """Refuses to resume from nothing, or to start over on top of an earlier run."""
-    has_checkpoint = tf.train.latest_checkpoint(os.path.join(logdir, CHECKPOINT_SUBDIR)) is not None
-    if resume and not has_checkpoint:
-        raise ValueError(f"--resume found no checkpoint in {os.path.join(logdir, CHECKPOINT_SUBDIR)}; "
-                         "check --logdir or drop --resume to start a new run")
-    if not resume and has_checkpoint:
-        raise ValueError(f"{logdir} already holds a run with checkpoints; pass --resume to continue it "
-                         "or choose a new --logdir")
-
 
 def train(config: SupervisedConfig, num_replicas: Optional[int], logdir: str,
           resume: bool = False, progress: Optional[bool] = None,
@@ -72,18 +57,18 @@ def train(config: SupervisedConfig, num_replicas: Optional[int], logdir: str,
       ``{"step", "held_out_accuracy", "held_out_loss", "seconds", "logdir"}``.
     """
     started = time.time()
-    check_logdir(logdir, resume)
+    restore_step = run_dir.start_step(logdir, resume)
     repl = replication.make_replicator(num_replicas=num_replicas, eager=debug_eager)
     learner = learning.SupervisedLearner(config, repl)
     checkpointer = checkpointing.Checkpointer(
-        os.path.join(logdir, CHECKPOINT_SUBDIR), is_chief=repl.is_chief,
+        run_dir.checkpoints_dir(logdir), is_chief=repl.is_chief,
         max_to_keep=config.max_checkpoints_to_keep, **learner.checkpointables())
     start_step = 0
-    if resume:
-        start_step = checkpointer.restore_latest()
+    if restore_step is not None:
+        start_step = checkpointer.restore(restore_step)
         if start_step != learner.step:
-            raise RuntimeError(f"checkpoint {checkpointer.latest_path} holds step {learner.step}, "
-                               f"not {start_step}; the run directory is damaged")
+            raise RuntimeError(f"checkpoint ckpt-{start_step} holds step {learner.step}; the run "
+                               "directory is damaged")
     if repl.is_chief:
         run_info.write_run_info(logdir, config.to_dict(), extra={
             "num_replicas": repl.num_replicas, "resumed_from_step": start_step if resume else None})

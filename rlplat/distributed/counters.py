@@ -9,40 +9,44 @@ under-counted, never invented.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
-COUNTERS_FILE = "counters.json"
-CHECKPOINT_SUBDIR = "checkpoints"
+from rlplat import run_dir
 
 
 def save_counters(logdir: str, learner_step: int, values: Dict[str, Any], keep: int = 20) -> None:
-    """Records the driver's counters for the checkpoint at ``learner_step`` (atomic write)."""
-    path = os.path.join(logdir, CHECKPOINT_SUBDIR, COUNTERS_FILE)
-    table = _read_json(path)
+    """Records the driver's counters for the checkpoint at ``learner_step`` (durable, atomic write).
+
+    A damaged table is replaced by one holding this entry: the checkpoint
+    being written is the one a resume will read.
+    """
+    path = run_dir.counters_path(logdir)
+    try:
+        table = read_table(logdir)
+    except run_dir.RunDirError:
+        table = {}
     table[str(int(learner_step))] = dict(values)
     newest = sorted(table, key=int)[-keep:]
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({k: table[k] for k in newest}, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
+    run_dir.write_json(path, {k: table[k] for k in newest})
+
+
+def read_table(logdir: str) -> Dict[str, Dict[str, Any]]:
+    """The counters table ({} when there is none); see ``run_dir.read_counters``."""
+    return run_dir.read_counters(logdir)
 
 
 def load_counters(logdir: str, learner_step: int) -> Dict[str, Any]:
-    """The counters saved with the checkpoint at ``learner_step`` (or the newest before it)."""
-    table = _read_json(os.path.join(logdir, CHECKPOINT_SUBDIR, COUNTERS_FILE))
+    """The counters saved with the checkpoint at ``learner_step`` (or the newest before it).
+
+    Raises:
+      RunDirError: the counters file is damaged (a resume must not restart
+        its counts from 0 without a word).
+    """
+    table = read_table(logdir)
     steps = [int(k) for k in table if int(k) <= learner_step]
     return dict(table[str(max(steps))]) if steps else {}
-
-
-def _read_json(path: str) -> Dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return {}
 
 
 class RunCounters:

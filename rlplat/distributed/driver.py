@@ -16,7 +16,6 @@ handling and where logs go. The driver is composed of parts that own their state
 from __future__ import annotations
 
 import dataclasses
-import os
 import signal
 import sys
 import threading
@@ -25,11 +24,11 @@ from typing import Any, Dict, Optional
 
 import ray
 
+from rlplat import run_dir
 from rlplat.distributed import cluster
 from rlplat.distributed import counters
 from rlplat.distributed import driver_records
 from rlplat.distributed import errors
-from rlplat.distributed import placement
 from rlplat.distributed import progress
 from rlplat.distributed import seeding
 from rlplat.distributed.driver_loop import ControlLoop
@@ -94,7 +93,7 @@ class Driver:
             self._finish(self.layout.stop_timeout_s, final_eval=True)
             self.phases["finish_s"] = time.monotonic() - mark
             # The driver needs no TensorFlow (~2.5 CPU-s per run); the record keeps that true.
-            placement.update_run_info(self.logdir, {"driver_tensorflow": "tensorflow" in sys.modules})
+            run_dir.update_run_info(self.logdir, {"driver_tensorflow": "tensorflow" in sys.modules})
         except RunInterrupted:
             self._stop_on_signal()
             raise
@@ -111,6 +110,11 @@ class Driver:
         workers.connect(self.calls.install_signal_handlers)
         if self.restored_step is not None:
             self.counts.restore(self.logdir, self.restored_step)
+            damaged = [s for s in run_dir.damaged_steps(self.logdir) if s > self.restored_step]
+            if damaged:
+                self.console.message(f"resume: skipped damaged checkpoint(s) "
+                                     f"{', '.join(f'ckpt-{s}' for s in damaged)}; restoring "
+                                     f"ckpt-{self.restored_step}")
         self._open_loggers()
         self._write_run_info()
         ready = workers.start()
@@ -204,20 +208,21 @@ class Driver:
         if restore is None:
             return
         items, path = int(restore["replay_restored_items"]), restore["replay_restored_from"]
+        if restore.get("replay_skipped"):
+            self.console.message(f"replay: skipped unreadable replay checkpoint(s) "
+                                 f"{', '.join(restore['replay_skipped'])}")
         if path is not None:
-            from rlplat.utils import checkpoint_files  # pylint: disable=g-import-not-at-top  (no TF)
-
-            step = checkpoint_files.step_of(path.rstrip("/"))
+            step = run_dir.step_of(path.rstrip("/"))
             older = "" if step == self.restored_step else f", older than learner step {self.restored_step:,}"
             self.console.message(f"replay: restored {items:,} items from {path} (step {step:,}{older})")
         elif self.restored_step is not None:
             self.console.message(f"replay: no replay checkpoint for learner step {self.restored_step:,} "
-                                 f"in {os.path.join(self.logdir, 'replay_checkpoints')}; starting with an "
+                                 f"in {run_dir.replay_checkpoints_dir(self.logdir)}; starting with an "
                                  "empty replay (learning resumes once it holds the warm-up again)")
         record = {"replay_restored_items": items, "replay_restored_from": path,
                   **{k: int(restore.get(k, 0)) for k in ("replay_restored_inserts",
                                                           "replay_restored_samples")}}
         self.counts.replay_restored_items = items
         self.loggers["driver"].write(self.counts.actor_steps, {"event": "replay_restore", **record})
-        placement.update_run_info(self.logdir, record)
+        run_dir.update_run_info(self.logdir, record)
 

@@ -134,7 +134,7 @@ class LearnerGroup:
     members and waits for them to build in ``__init__``.
 
     Args:
-      builder, environment_spec, logdir, resume, threads, use_gpus,
+      builder, environment_spec, logdir, restore_step, threads, use_gpus,
       max_checkpoints_to_keep: as for ``LearnerWorker`` (per member).
       num_workers: W >= 2 learner processes.
       replay_address: ``host:port`` of the (separate) Reverb server.
@@ -154,7 +154,7 @@ class LearnerGroup:
     """
 
     def __init__(self, builder, environment_spec, num_workers: int, replay_address: str, logdir: str,
-                 *, resume: bool = False, threads: Tuple[int, int] = (1, 2), use_gpus: bool = False,
+                 *, restore_step: Optional[int] = None, threads: Tuple[int, int] = (1, 2), use_gpus: bool = False,
                  num_cpus: float = 1.0, num_gpus: float = 0,
                  member_options: Optional[Sequence[Dict[str, Any]]] = None,
                  max_checkpoints_to_keep: int = 3, build_timeout_s: float = 300.0,
@@ -189,7 +189,7 @@ class LearnerGroup:
             deadline = time.monotonic() + build_timeout_s
             addresses = self._all("address", timeout_s=build_timeout_s, what="start")
             configs = make_tf_configs(addresses)
-            kwargs = dict(resume=resume, threads=tuple(threads), use_gpus=use_gpus,
+            kwargs = dict(restore_step=restore_step, threads=tuple(threads), use_gpus=use_gpus,
                           max_checkpoints_to_keep=max_checkpoints_to_keep,
                           collective_timeout_s=collective_timeout_s,
                           replay_checkpoint=replay_checkpoint)

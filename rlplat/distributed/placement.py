@@ -24,7 +24,6 @@ it. The driver prints them at start and stores them in ``run_info.json``.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -122,15 +121,3 @@ def describe(placement: Mapping[str, Optional[Mapping[str, Any]]]) -> List[str]:
     return [f"{', '.join(names)} on {key}" for key, names in lines]
 
 
-def update_run_info(logdir: str, fields: Mapping[str, Any]) -> None:
-    """Adds ``fields`` to ``<logdir>/run_info.json`` in place (best effort)."""
-    path = os.path.join(logdir, "run_info.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            record = json.load(f)
-        record.update(fields)
-        with open(path + ".tmp", "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=2, default=str)
-        os.replace(path + ".tmp", path)
-    except (OSError, ValueError):
-        pass  # the placement was printed; a missing record must not stop the run

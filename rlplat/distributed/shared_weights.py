@@ -20,6 +20,7 @@ version. The writer never waits for readers.
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
 import socket
@@ -81,6 +82,26 @@ def remove_stale_blocks(directory: str = "/dev/shm") -> List[str]:
     return removed
 
 
+def check_room(size: int, directory: str = "/dev/shm") -> None:
+    """Refuses a block larger than the free space of ``directory`` (the tmpfs behind shared memory).
+
+    The block is a sparse file: creating it succeeds whatever its size, and
+    the first write past the free space kills the writer with SIGBUS. So the
+    room is checked before, with ``statvfs``.
+
+    Raises:
+      OSError(ENOSPC): not enough room; the message gives both sizes.
+    """
+    try:
+        stat = os.statvfs(directory)
+    except OSError:
+        return  # no such mount to measure: let the creation itself decide
+    free = stat.f_bavail * stat.f_frsize
+    if size > free:
+        raise OSError(errno.ENOSPC, f"{size / 2**20:.1f} MiB of weights do not fit in the "
+                                    f"{free / 2**20:.1f} MiB free in {directory}")
+
+
 class SharedWeightsWriter:
     """The learner's side: one block, rewritten in place for every published version.
 
@@ -88,11 +109,13 @@ class SharedWeightsWriter:
       arrays: the served arrays (their shapes and dtypes fix the layout).
     """
 
-    def __init__(self, arrays: Sequence[np.ndarray]):
+    def __init__(self, arrays: Sequence[np.ndarray], directory: str = "/dev/shm"):
         remove_stale_blocks()
         self._layout = _layout(arrays)
+        size = _size(self._layout)
+        check_room(size, directory)
         name = f"{_PREFIX}{os.getpid()}_{secrets.token_hex(4)}"
-        self._shm = shared_memory.SharedMemory(name=name, create=True, size=_size(self._layout))
+        self._shm = shared_memory.SharedMemory(name=name, create=True, size=size)
         self._header = np.ndarray((2,), np.int64, self._shm.buf, 0)
         self._header[:] = (0, -1)
         self._views = [np.ndarray(shape, dtype, self._shm.buf, offset) for shape, dtype, offset in self._layout]

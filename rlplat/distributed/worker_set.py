@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, List, Optional
 import ray
 
 from rlplat import replay_shards
+from rlplat import run_dir
 from rlplat.distributed import cluster
 from rlplat.distributed import placement
 from rlplat.distributed import process
@@ -137,7 +138,7 @@ class WorkerSet:
                 **placement.ray_options(plan, "learner"),
             ).remote(exp.builder, self.spec, self.num_replicas, self.replay_address, exp.logdir,
                      num_actors=exp.num_actors, replay_host=replay_host,
-                     resume=self.restored_step is not None, threads=plan.learner_threads,
+                     restore_step=self.restored_step, threads=plan.learner_threads,
                      use_gpus=bool(plan.learner_gpus),
                      replay_checkpoint=layout.replay_checkpoint, debug_eager=layout.debug_eager)
 
@@ -232,7 +233,7 @@ class WorkerSet:
             self.node_placement["replay"] = dict(self.node_placement.get("learner") or {}, colocated=True)
         for line in placement.describe(self.node_placement):
             self.console.message(f"placement: {line}")
-        placement.update_run_info(self.experiment.logdir, {"node_placement": self.node_placement})
+        run_dir.update_run_info(self.experiment.logdir, {"node_placement": self.node_placement})
 
     def _start_learner_group(self):
         """``--num-learner-workers W > 1``: a LearnerGroup actor named as the learner.
@@ -254,7 +255,7 @@ class WorkerSet:
             runtime_env=process.runtime_env("learner-group", cpu_only=False),
             **placement.ray_options(plan, "learner_group"),
         ).remote(self.experiment.builder, self.spec, num_workers, self.replay_address, self.experiment.logdir,
-                 resume=self.restored_step is not None, threads=plan.learner_threads,
+                 restore_step=self.restored_step, threads=plan.learner_threads,
                  use_gpus=bool(plan.learner_gpus), num_cpus=plan.learner_cpus,
                  num_gpus=plan.learner_gpus,
                  member_options=[placement.ray_options(plan, "learner", i) for i in range(num_workers)],

@@ -31,12 +31,11 @@ import ray
 
 from rlplat import core
 from rlplat import replay_shards
-from rlplat.distributed import counters
+from rlplat import run_dir
 from rlplat.distributed import process
 from rlplat.distributed import seeding
 from rlplat.distributed.variables import RemoteVariableSource
 
-CHECKPOINT_SUBDIR = counters.CHECKPOINT_SUBDIR
 
 
 def remote(cls, **options):
@@ -88,13 +87,24 @@ def _start_reverb(builder, environment_spec, num_actors: int,
     if checkpoint_logdir is None:
         server = replay_server.make_server(tables)
         return server, server.port, None
-    path = checkpoints.find(checkpoint_logdir, restore_step) if restore_step is not None else None
-    server = replay_server.make_server(
-        tables, checkpointer=checkpoints.make_checkpointer(checkpoint_logdir, path))
+    found = checkpoints.candidates(checkpoint_logdir, restore_step) if restore_step is not None else []
+    skipped = []
+    for path in found + [None]:  # newest first, then empty replay
+        try:
+            server = replay_server.make_server(
+                tables, checkpointer=checkpoints.make_checkpointer(checkpoint_logdir, path))
+        except Exception as e:  # pylint: disable=broad-except  (Reverb raises plain RuntimeErrors)
+            if path is None:
+                raise
+            skipped.append(f"{os.path.basename(path)} ({str(e).splitlines()[0][:120]})")
+            tables = builder.make_replay_tables(environment_spec, num_actors)
+            continue
+        break
     stats = checkpoints.table_stats(f"127.0.0.1:{server.port}")
     return server, server.port, {"replay_restored_from": path, "replay_restored_items": stats["items"],
                                  "replay_restored_inserts": stats["inserts"],
-                                 "replay_restored_samples": stats["samples"]}
+                                 "replay_restored_samples": stats["samples"],
+                                 "replay_skipped": skipped}
 
 
 def _make_environment(env_name: str, env_kwargs: Optional[Dict[str, Any]], seed: int):
@@ -319,7 +329,8 @@ class LearnerWorker:
       num_actors: inserting actors (sizes the tables when co-located).
       replay_host: the address actors use for a co-located server; None means
         this node's IP.
-      resume: restore the newest checkpoint in ``__init__``.
+      restore_step: the learner step whose checkpoint ``__init__`` restores
+        (``rlplat.run_dir.start_step`` chose it); None for a new run.
       threads: TF (intra_op, inter_op) threads.
       use_gpus: replicate over the GPUs Ray gave this worker.
       max_checkpoints_to_keep: checkpoints kept on disk.
@@ -349,7 +360,8 @@ class LearnerWorker:
 
     def __init__(self, builder, environment_spec, num_replicas: int, replay_address: Optional[str],
                  logdir: str, *, num_actors: int = 1, replay_host: Optional[str] = None,
-                 resume: bool = False, threads: Tuple[int, int] = (1, 2), use_gpus: bool = False,
+                 restore_step: Optional[int] = None, threads: Tuple[int, int] = (1, 2),
+                 use_gpus: bool = False,
                  max_checkpoints_to_keep: int = 3, tf_config: Optional[Dict[str, Any]] = None,
                  collective_timeout_s: Optional[float] = None, replay_checkpoint: bool = False,
                  debug_eager: bool = False):
@@ -371,7 +383,6 @@ class LearnerWorker:
         self._logdir, self._replay_checkpoint = logdir, bool(replay_checkpoint)
         self._replay_restore: Optional[Dict[str, Any]] = None
         if replay_address is None:
-            restore_step = _latest_step(logdir) if resume else None
             self._server, port, self._replay_restore = _start_reverb(
                 builder, environment_spec, num_actors, logdir if replay_checkpoint else None,
                 restore_step)
@@ -392,13 +403,11 @@ class LearnerWorker:
         self._learner = builder.make_learner(environment_spec, self._replicator, learner_address,
                                              logdir=None)
         self._checkpointer = checkpointing.Checkpointer(
-            os.path.join(logdir, CHECKPOINT_SUBDIR), is_chief=self._replicator.is_chief,
+            run_dir.checkpoints_dir(logdir), is_chief=self._replicator.is_chief,
             max_to_keep=max_checkpoints_to_keep, **self._learner.checkpointables())
-        self._restored_step = self._checkpointer.restore_latest() if resume else None
-        if resume and self._restored_step is None:
-            raise FileNotFoundError(
-                f"--resume found no checkpoint in {os.path.join(logdir, CHECKPOINT_SUBDIR)}; "
-                "check --logdir or drop --resume")
+        self._restored_step = None if restore_step is None else self._checkpointer.restore(restore_step)
+        self._finite_weights: Dict[Tuple[str, ...], Tuple[int, Dict[str, List[np.ndarray]]]] = {}
+        self._shared_failed = False
         self._step_lock = threading.Lock()   # a step and a checkpoint never overlap
         self._train_lock = threading.Lock()  # one train() at a time
         self._stop = threading.Event()
@@ -512,12 +521,24 @@ class LearnerWorker:
         self._stop.set()
 
     def get_variables(self, names: Sequence[str]) -> Tuple[int, Dict[str, List[np.ndarray]]]:
-        """``core.VariableSource.get_variables`` of the learner."""
-        return self._learner.get_variables(list(names))
+        """``core.VariableSource.get_variables`` of the learner: its newest finite weights.
+
+        Weights that hold NaN or Inf are never served (the NaN guard stops
+        the run a step later; until then actors keep the last finite version).
+        """
+        current, weights = self._learner.get_variables(list(names))
+        key = tuple(names)
+        if all(np.all(np.isfinite(a)) for arrays in weights.values() for a in arrays):
+            self._finite_weights[key] = (current, weights)
+            return current, weights
+        if key not in self._finite_weights:
+            raise FloatingPointError(f"the policy's weights hold NaN/Inf at learner step {current} and no "
+                                     "finite version was served yet; lower the learning rates")
+        return self._finite_weights[key]
 
     def get_variables_if_newer(self, names: Sequence[str], version: int):
-        """(version, weights) if the learner's version is newer than ``version``, else None."""
-        current, weights = self._learner.get_variables(list(names))
+        """(version, weights) if the learner's newest finite version is newer than ``version``, else None."""
+        current, weights = self.get_variables(names)
         return None if current <= version else (current, weights)
 
     def shared_weights_info(self) -> Optional[Dict[str, Any]]:
@@ -526,14 +547,19 @@ class LearnerWorker:
 
     def _publish_weights(self) -> None:
         """Writes the current policy version into shared memory (creating the block the first time)."""
-        version, weights = self._learner.get_variables(["policy"])
+        version, weights = self.get_variables(["policy"])
         arrays = weights["policy"]
         if self._shared is None:
+            if self._shared_failed:
+                return
             from rlplat.distributed.shared_weights import SharedWeightsWriter  # pylint: disable=g-import-not-at-top
 
             try:
                 self._shared = SharedWeightsWriter(arrays)
-            except OSError:  # no /dev/shm room: actors pull over Ray as before
+            except OSError as e:  # no /dev/shm room: actors pull over Ray as before
+                self._shared_failed = True
+                print(f"rlplat: shared memory: {e}; actors on this host pull weights over Ray instead",
+                      flush=True)
                 return
             atexit.register(self._shared.close)
         self._shared.publish(version, arrays)
@@ -583,16 +609,6 @@ class LearnerWorker:
         if self._server is not None:
             self._server.stop()
             self._server = None
-
-
-def _latest_step(logdir: str) -> Optional[int]:
-    """The step of the newest learner checkpoint in ``logdir`` (what a resume restores)."""
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-    from rlplat.utils import checkpointing  # pylint: disable=g-import-not-at-top
-
-    path = tf.train.latest_checkpoint(os.path.join(logdir, CHECKPOINT_SUBDIR))
-    return checkpointing.step_of(path) if path else None
 
 
 # ------------------------------------------------------------------ evaluator

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
-import os
 import sys
 from typing import Any, Dict, Iterable, Mapping, NoReturn, Optional
+
+from rlplat import run_dir
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -66,6 +66,9 @@ def add_run_flags(parser: argparse.ArgumentParser, agent: str) -> None:
                         help="show a progress bar (default: only on a terminal)")
 
 
+MAX_SEED = 2**32 - 1  # NumPy's legacy seeds and MuJoCo tasks' RandomState take no more
+
+
 def check_run_flags(args: argparse.Namespace, agent: str) -> str:
     """Validates the run flags; returns the run directory."""
     if args.num_replicas is not None and args.num_replicas < 1:
@@ -75,7 +78,7 @@ def check_run_flags(args: argparse.Namespace, agent: str) -> str:
                          f"(e.g. --logdir runs/{agent}-20260101-120000)")
     if args.logdir:
         return args.logdir
-    return os.path.join("runs", f"{agent}-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    return run_dir.default_name(agent)
 
 
 # ------------------------------------------------------------- placement flags

@@ -19,6 +19,7 @@ import argparse
 import math
 import time
 
+from rlplat import run_dir
 from rlplat.launch import common
 
 NAME = "eval"
@@ -54,14 +55,19 @@ def _size(text: str):
     return int(width), int(height)
 
 
+MAX_EPISODES = 100_000  # ~a day of 1000-step episodes here: more is a typo, not a plan
+
+
 def _check_flags(args: argparse.Namespace) -> None:
     """The flags alone (no file system beyond the video's folder)."""
     from rlplat.utils import video  # pylint: disable=g-import-not-at-top  (no TF)
 
-    if args.episodes < 1:
-        raise common.UsageError(f"--episodes must be >= 1 (got {args.episodes})")
-    if args.seed < 0:
-        raise common.UsageError(f"--seed must be >= 0 (got {args.seed})")
+    if not 1 <= args.episodes <= MAX_EPISODES:
+        raise common.UsageError(f"--episodes must be in 1..{MAX_EPISODES:,} (got {args.episodes}); "
+                                "evaluate in batches of at most that many")
+    if not 0 <= args.seed <= common.MAX_SEED:
+        raise common.UsageError(f"--seed must be in 0..{common.MAX_SEED} (got {args.seed}), the range "
+                                "MuJoCo's and NumPy's seeds take")
     if args.checkpoint is not None and args.checkpoint < 0:
         raise common.UsageError(f"--checkpoint is a learner step >= 0 (got {args.checkpoint})")
     if not 0 < args.video_fps < math.inf:
@@ -78,10 +84,11 @@ def run(args: argparse.Namespace) -> int:
 
     _check_flags(args)
     try:
+        run_dir.check_run_files(args.logdir)
         record = evaluation.read_run(args.logdir)
         step, prefix = record.checkpoint(args.checkpoint)
         builder = evaluation.make_builder(record)
-    except evaluation.RunError as e:
+    except (evaluation.RunError, run_dir.RunDirError) as e:
         raise common.UsageError(str(e)) from None
     if args.video is not None and record.env.startswith("gym:"):
         raise common.UsageError(f"--video: {record.env} has no MuJoCo scene to render (gym: tasks "
@@ -139,6 +146,13 @@ def _check_scene(environment, args) -> None:
     if not -1 <= args.camera < ncam:
         raise common.UsageError(f"--camera {args.camera}: this task has cameras 0..{ncam - 1} "
                                 "(and -1, the free camera)")
+    width, height = args.video_size
+    scene = environment.physics.model.vis.global_
+    max_width, max_height = int(scene.offwidth), int(scene.offheight)
+    if width > max_width or height > max_height:
+        raise common.UsageError(f"--video-size {width}x{height} is larger than this task's offscreen "
+                                f"framebuffer ({max_width}x{max_height}); pass --video-size "
+                                f"{min(width, max_width)}x{min(height, max_height)} or smaller")
 
 
 def _episodes_on_video(evaluation, builder, environment, source, args, action_repeat: int) -> list:

@@ -11,6 +11,7 @@ import argparse
 import sys
 from typing import Any, Callable, Dict, Mapping
 
+from rlplat import run_dir
 from rlplat.launch import common
 from rlplat.launch import preflight
 
@@ -36,7 +37,10 @@ def run_in_process(args: argparse.Namespace, agent: str, config, shape_fields, t
     # again if the run stops before writing anything into it.
     created = [] if args.resume else preflight.make_logdir(logdir)
     try:
-        return train(args, config, logdir)
+        with run_dir.RunLock(logdir):  # the one writer of this run directory
+            return train(args, config, logdir)
+    except run_dir.RunDirLocked as e:
+        raise common.UsageError(f"--logdir: {e}") from None
     finally:
         preflight.remove_if_empty(created)
 

@@ -28,39 +28,46 @@ import json
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from rlplat import run_dir
 from rlplat.launch import agent_registry
 from rlplat.launch.common import UsageError
-from rlplat.utils.checkpoint_files import latest_checkpoint
-
-CHECKPOINT_SUBDIR = "checkpoints"
-# What a run writes into its directory; any of them means "a run was here".
-RUN_ENTRIES = ("checkpoints", "replay_checkpoints", "metrics.jsonl", "tb", "config.json",
-               "run_info.json")
 # Builder class names in run_info.json -> agent (the `rlplat train` sub-command).
 # ------------------------------------------------------------------ logdir
 def check_logdir(logdir: str, resume: bool) -> None:
     """Refuses a ``--logdir`` the run could not use, or one it would damage.
 
     Raises:
-      UsageError: ``logdir`` is a file or cannot be created; ``resume`` and
-        there is no checkpoint; not ``resume`` and a run is already there.
+      UsageError: ``logdir`` is a file or cannot be created; a live process
+        writes it; ``resume`` and there is no checkpoint; not ``resume`` and
+        a run is already there.
     """
     if os.path.lexists(logdir) and not os.path.isdir(logdir):
         raise UsageError(f"--logdir {logdir} is a file, not a directory; choose another --logdir")
+    try:
+        run_dir.check_not_locked(logdir)
+    except run_dir.RunDirError as e:
+        raise UsageError(f"--logdir: {e}") from None
     if resume:
         if not os.path.isdir(logdir):
             raise UsageError(f"--resume: no run directory {logdir!r}; check --logdir")
-        directory = os.path.join(logdir, CHECKPOINT_SUBDIR)
-        if latest_checkpoint(directory) is None:
-            raise UsageError(f"--resume found no checkpoint in {directory}; check --logdir, or drop "
-                             "--resume and choose a new --logdir to start a new run")
+        try:
+            run_dir.check_run_files(logdir)
+        except run_dir.RunDirError as e:
+            raise UsageError(f"--resume: {e}") from None
+        if run_dir.latest_step(logdir, verify=False) is None:
+            raise UsageError(f"--resume found no checkpoint in {run_dir.checkpoints_dir(logdir)}; check "
+                             "--logdir, or drop --resume and choose a new --logdir to start a new run")
+        if run_dir.latest_step(logdir) is None:
+            raise UsageError(f"--resume: every checkpoint in {run_dir.checkpoints_dir(logdir)} is damaged "
+                             "(its files do not match their manifest); restore them from a backup, or "
+                             "start a new run in another --logdir")
         _check_writable(logdir, logdir)
         return
     if os.path.isdir(logdir):
-        if latest_checkpoint(os.path.join(logdir, CHECKPOINT_SUBDIR)) is not None:
+        if run_dir.latest_step(logdir, verify=False) is not None:
             raise UsageError(f"{logdir} already holds a run with checkpoints; pass --resume to "
                              "continue it or choose a new --logdir")
-        found = [name for name in RUN_ENTRIES if os.path.lexists(os.path.join(logdir, name))]
+        found = run_dir.holds_run(logdir)
         if found:
             raise UsageError(f"{logdir} already holds a run's logs ({', '.join(found)}) but no "
                              "checkpoint to resume; choose a new --logdir (or delete that one)")
@@ -120,6 +127,8 @@ def remove_if_empty(created: Sequence[str]) -> None:
     """Removes the directories ``make_logdir`` created, innermost first, while they are empty."""
     for path in reversed(list(created)):
         try:
+            if os.listdir(path) == [run_dir.LOCK]:  # the run took its lock but wrote nothing
+                os.unlink(os.path.join(path, run_dir.LOCK))
             os.rmdir(path)  # fails (and stops) on anything not empty
         except OSError:
             return
@@ -129,7 +138,7 @@ def remove_if_empty(created: Sequence[str]) -> None:
 def run_agent(logdir: str, stored: Mapping[str, Any]) -> Optional[str]:
     """Which ``rlplat train`` agent wrote the run in ``logdir`` (config.json ``stored``), or None."""
     try:
-        with open(os.path.join(logdir, "run_info.json"), encoding="utf-8") as f:
+        with open(run_dir.run_info_path(logdir), encoding="utf-8") as f:
             builder = json.load(f).get("builder")
         builders = agent_registry.builder_agents()
         if builder in builders:
@@ -163,7 +172,7 @@ def check_resume(logdir: str, agent: str, new_config: Mapping[str, Any], shape_f
     Raises:
       UsageError: one line naming what to pass to continue the run.
     """
-    path = os.path.join(logdir, "config.json")
+    path = run_dir.config_path(logdir)
     try:
         with open(path, encoding="utf-8") as f:
             stored = json.load(f)
@@ -199,9 +208,14 @@ def check_resume(logdir: str, agent: str, new_config: Mapping[str, Any], shape_f
                              f"{_flag_value(flag, was)} to continue it, {fix}")
 
 
+def read_stored_config(logdir: str) -> Dict[str, Any]:
+    """The run's config.json as a dict ({} when missing or damaged; ``check_resume`` refuses those)."""
+    return _read_config(logdir)
+
+
 def _read_config(logdir: str) -> Dict[str, Any]:
     try:
-        with open(os.path.join(logdir, "config.json"), encoding="utf-8") as f:
+        with open(run_dir.config_path(logdir), encoding="utf-8") as f:
             stored = json.load(f)
         return stored if isinstance(stored, dict) else {}
     except (OSError, ValueError):
@@ -224,7 +238,8 @@ def check_replay_resume(logdir: str, new_config: Mapping[str, Any], replay_field
       UsageError: one line naming the flag and the values to pass instead.
     """
     try:  # (rlplat.replay would import Reverb and TF: look at the names only)
-        saved = any(n.startswith("ckpt-") for n in os.listdir(os.path.join(logdir, "replay_checkpoints")))
+        saved = any(n.startswith(run_dir.CHECKPOINT_PREFIX + "-")
+                    for n in os.listdir(run_dir.replay_checkpoints_dir(logdir)))
     except OSError:
         saved = False
     if not saved:

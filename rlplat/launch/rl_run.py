@@ -15,13 +15,13 @@ first, the environment (dm_control, ~2 s) last.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import signal
 import sys
 import threading
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from rlplat import config_fields as fields
 from rlplat import replay_shards
 from rlplat.distributed import process  # environment settings only: no Ray, no TensorFlow
 from rlplat.launch import common
@@ -50,7 +50,7 @@ def add_run_flags(parser: argparse.ArgumentParser, agent: str, default_env: str,
                              "authentication (anyone who reaches it can run code on it)")
     parser.add_argument("--max-actor-steps", type=int, default=None, metavar="STEPS",
                         help="stop after this many environment steps over all actors (default: run "
-                             "until interrupted)")
+                             "until interrupted; --resume keeps the run's budget)")
     parser.add_argument("--seed", type=int, default=0,
                         help="global seed; actor i uses a seed derived from it")
     parser.add_argument("--logdir", default=None, metavar="DIR",
@@ -62,8 +62,9 @@ def add_run_flags(parser: argparse.ArgumentParser, agent: str, default_env: str,
                              "goes on without refilling (default: off; --resume keeps the run's setting)")
     parser.add_argument("--action-repeat", type=int, default=1, metavar="N",
                         help="environment steps per agent action (default: 1)")
-    parser.add_argument("--eval-period", type=float, default=30.0, metavar="SECONDS",
-                        help="seconds between evaluations with the greedy policy (default: 30)")
+    parser.add_argument("--eval-period", type=float, default=None, metavar="SECONDS",
+                        help="seconds between evaluations with the greedy policy (default: 30; "
+                             "--resume keeps the run's)")
     parser.add_argument("--eval-every-steps", type=int, default=None, metavar="STEPS",
                         help="evaluate every STEPS actor steps instead of every --eval-period "
                              "seconds: learning curves then do not depend on machine speed")
@@ -79,13 +80,13 @@ def add_run_flags(parser: argparse.ArgumentParser, agent: str, default_env: str,
                         help="run each learner step eagerly on one device through the same step "
                              "function, so a breakpoint() in it stops there (attach with `ray debug`); "
                              "slow, for development")
-    parser.add_argument("--video-every", type=int, default=0, metavar="K",
+    parser.add_argument("--video-every", type=int, default=None, metavar="K",
                         help="render the first episode of every K-th evaluation (and of the final "
                              "one) to <logdir>/videos/eval-<steps>.mp4 and TensorBoard's Images tab; "
                              "control-suite tasks only (default: 0, no video)")
-    parser.add_argument("--eval-episodes", type=int, default=5, metavar="N",
+    parser.add_argument("--eval-episodes", type=int, default=None, metavar="N",
                         help="greedy episodes per evaluation (default: 5)")
-    parser.add_argument("--checkpoint-period", type=float, default=300.0, metavar="SECONDS",
+    parser.add_argument("--checkpoint-period", type=float, default=None, metavar="SECONDS",
                         help="seconds between checkpoints (default: 300)")
     parser.add_argument("--target-eval-return", type=float, default=None, metavar="RETURN",
                         help="stop once an evaluation reaches this mean return (default: never)")
@@ -101,6 +102,7 @@ def check_run_args(args: argparse.Namespace, agent: str) -> str:
     Raises:
       common.UsageError: one line naming the flag to fix.
     """
+    resolve_run_settings(args)
     for flag in ("num_actors", "num_learner_workers", "action_repeat", "eval_episodes"):
         if getattr(args, flag) < 1:
             raise common.UsageError(f"--{flag.replace('_', '-')} must be >= 1 "
@@ -133,17 +135,21 @@ def check_run_args(args: argparse.Namespace, agent: str) -> str:
     if args.max_actor_steps is not None and args.max_actor_steps < 1:
         raise common.UsageError(f"--max-actor-steps must be >= 1 (got {args.max_actor_steps}); "
                                 "leave it out to run until interrupted")
-    if args.seed < 0:
-        raise common.UsageError(f"--seed must be >= 0 (got {args.seed})")
+    if not 0 <= args.seed <= common.MAX_SEED:
+        raise common.UsageError(f"--seed must be in 0..{common.MAX_SEED} (got {args.seed}), the range "
+                                "MuJoCo's and NumPy's seeds take")
+    if args.max_actor_steps is not None and args.max_actor_steps > fields.INT64_MAX:
+        raise common.UsageError(f"--max-actor-steps must fit in 64 bits (got {args.max_actor_steps}); "
+                                "leave it out to run until interrupted")
     for flag in ("eval_period", "checkpoint_period"):
         value = getattr(args, flag)
-        if not 0 < value < math.inf:
+        if not 0 < value <= fields.FLOAT32_MAX:
             raise common.UsageError(f"--{flag.replace('_', '-')} must be a number of seconds > 0 "
                                     f"(got {value:g})")
     if args.eval_every_steps is not None and args.eval_every_steps < 1:
         raise common.UsageError(f"--eval-every-steps must be >= 1 (got {args.eval_every_steps}); "
                                 "leave it out to evaluate every --eval-period seconds")
-    if args.target_eval_return is not None and not math.isfinite(args.target_eval_return):
+    if args.target_eval_return is not None and not abs(args.target_eval_return) <= fields.FLOAT32_MAX:
         raise common.UsageError(f"--target-eval-return must be a finite number "
                                 f"(got {args.target_eval_return:g}); leave it out to never stop early")
     if args.address not in (None, "auto") and not common.looks_like_host_port(args.address):
@@ -296,6 +302,40 @@ def _unwind_on_sigterm():
     if threading.current_thread() is not threading.main_thread():
         return None
     return signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+# The run settings a resume takes from config.json unless their flag is given,
+# and the defaults of a new run: flag -> (default, where config.json keeps it).
+RUN_SETTINGS = {
+    "max_actor_steps": (None, ("max_actor_steps",)),
+    "target_eval_return": (None, ("schedule", "target_eval_return")),
+    "eval_every_steps": (None, ("schedule", "eval_every_actor_steps")),
+    "eval_period": (30.0, ("schedule", "eval_every_s")),
+    "eval_episodes": (5, ("schedule", "eval_episodes")),
+    "checkpoint_period": (300.0, ("schedule", "checkpoint_every_s")),
+    "video_every": (0, ("schedule", "video_every_evals")),
+}
+
+
+def resolve_run_settings(args: argparse.Namespace) -> None:
+    """Fills the run settings no flag gave: from the run's config.json on ``--resume``, else defaults.
+
+    A resumed run keeps its budget, evaluation schedule and target, so
+    ``--resume --logdir RUN`` of a run started with ``--max-actor-steps N``
+    stops at N rather than training without end.
+    """
+    stored: Dict[str, Any] = {}
+    if args.resume and args.logdir:
+        stored = preflight.read_stored_config(args.logdir)
+    for flag, (default, where) in RUN_SETTINGS.items():
+        if getattr(args, flag, None) is not None:
+            continue
+        value: Any = stored
+        for key in where:
+            value = value.get(key) if isinstance(value, dict) else None
+        if flag == "eval_every_steps" and not value:
+            value = None  # 0: the run evaluated by seconds
+        setattr(args, flag, default if value is None else value)
 
 
 def env_kwargs_from_args(args: argparse.Namespace) -> Dict[str, Any]:

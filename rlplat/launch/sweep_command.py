@@ -84,7 +84,17 @@ def _parse_grid(entries: Sequence[str], module) -> List[Tuple[str, List[str]]]:
                                     f"use one of: {known}")
         if any(f == field for f, _ in grid):
             raise common.UsageError(f"--grid names {field} twice; give all its values in one --grid")
-        grid.append((field, [v.strip().replace(":", ",") for v in values.split(",") if v.strip()]))
+        texts = [v.strip().replace(":", ",") for v in values.split(",") if v.strip()]
+        typed: Dict[Any, str] = {}
+        for text in texts:
+            value = _typed(module, field, text)
+            key = tuple(value) if isinstance(value, list) else value
+            if key in typed:
+                raise common.UsageError(f"--grid {entry!r}: {typed[key]} and {text} are the same value of "
+                                        f"{field}, so two trials would share one run directory; give each "
+                                        "value once")
+            typed[key] = text
+        grid.append((field, texts))
     return grid
 
 
@@ -115,7 +125,9 @@ def run(args: argparse.Namespace) -> int:
     grid = _parse_grid(args.grid, module)
     sweep_dir = os.path.abspath(args.logdir or os.path.join(
         "runs", f"sweep-{module.NAME}-{datetime.datetime.now():%Y%m%d-%H%M%S}"))
-    if os.path.exists(sweep_dir) and os.listdir(sweep_dir):
+    if os.path.lexists(sweep_dir) and not os.path.isdir(sweep_dir):
+        raise common.UsageError(f"--logdir {sweep_dir} is a file, not a directory; name a new sweep directory")
+    if os.path.isdir(sweep_dir) and os.listdir(sweep_dir):
         raise common.UsageError(f"--logdir {sweep_dir} is not empty; name a new sweep directory")
     learner_cpus = args.learner_cpus if args.learner_cpus is not None else DEFAULT_LEARNER_CPUS
     actor_cpus = args.actor_cpus if args.actor_cpus is not None else DEFAULT_ACTOR_CPUS
@@ -132,6 +144,9 @@ def run(args: argparse.Namespace) -> int:
             trial.learner_cpus, trial.actor_cpus = learner_cpus, actor_cpus
             trial.logdir = os.path.join(sweep_dir, _trial_name(overrides, seed))
             logdir, make_builder = module.prepare(trial)
+            if any(logdir == other for _, other, _, _ in prepared):
+                raise common.UsageError(f"--grid: two trials would share {logdir}; give values that "
+                                        "differ in more than punctuation")
             prepared.append((trial, logdir, make_builder, overrides))
     return _run(args, module, sweep_dir, prepared, trial_cpus)
 

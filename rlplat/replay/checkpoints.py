@@ -21,23 +21,35 @@ them (``rlplat.launch.preflight.check_replay_resume``).
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
 from typing import Any, Dict, Iterable, List, Optional
 
-SUBDIR = "replay_checkpoints"
+from rlplat import run_dir
+
+_log = logging.getLogger(__name__)
 _SCRATCH = ".reverb"
 _STEP_RE = re.compile(r"^ckpt-(\d+)$")
 
 
 def directory(logdir: str) -> str:
     """Where a run's replay checkpoints live."""
-    return os.path.join(logdir, SUBDIR)
+    return run_dir.replay_checkpoints_dir(logdir)
+
+
+def _files(path: str) -> List[str]:
+    return sorted(os.path.join(root, name) for root, _, names in os.walk(path) for name in names)
 
 
 def saved_steps(logdir: str) -> List[int]:
-    """Learner steps that have a complete replay checkpoint, oldest first."""
+    """Learner steps that have a complete replay checkpoint, oldest first.
+
+    Complete: Reverb's ``DONE`` marker is there and every file matches the
+    manifest written when it was saved (older checkpoints without one count
+    on ``DONE`` alone).
+    """
     root = directory(logdir)
     try:
         names = os.listdir(root)
@@ -46,20 +58,41 @@ def saved_steps(logdir: str) -> List[int]:
     steps = []
     for name in names:
         match = _STEP_RE.match(name)
-        if match and os.path.isfile(os.path.join(root, name, "DONE")):
+        path = os.path.join(root, name)
+        if match and os.path.isfile(os.path.join(path, "DONE")) and _intact(path):
             steps.append(int(match.group(1)))
     return sorted(steps)
 
 
-def find(logdir: str, step: int) -> Optional[str]:
-    """The replay checkpoint of learner step ``step``, else the newest before it; None: none.
+def _intact(path: str) -> bool:
+    manifest = path + run_dir.MANIFEST_SUFFIX
+    if not os.path.exists(manifest):
+        return True
+    try:
+        entries = run_dir.read_json_object(manifest, "replay manifest")["files"]
+    except (OSError, KeyError, run_dir.RunDirError):
+        return False
+    files = {os.path.relpath(f, path): f for f in _files(path)}
+    return set(entries) == set(files) and all(
+        run_dir.file_digest(files[name]) == (want.get("size"), want.get("crc32"))
+        for name, want in entries.items())
+
+
+def candidates(logdir: str, step: int) -> List[str]:
+    """Complete replay checkpoints at or before learner step ``step``, newest first.
 
     An older one is still valid experience (as ``counters.load_counters``
     falls back to older counters): it exists when the learner checkpoint was
     saved but the replay one failed or was cut short.
     """
     steps = [s for s in saved_steps(logdir) if s <= int(step)]
-    return os.path.join(directory(logdir), f"ckpt-{steps[-1]}") if steps else None
+    return [os.path.join(directory(logdir), f"ckpt-{s}") for s in reversed(steps)]
+
+
+def find(logdir: str, step: int) -> Optional[str]:
+    """The newest of ``candidates``; None: none."""
+    found = candidates(logdir, step)
+    return found[0] if found else None
 
 
 def step_of(path: str) -> int:
@@ -97,11 +130,25 @@ def save(address: str, logdir: str, step: int, keep_steps: Iterable[int]) -> Dic
     import reverb  # pylint: disable=g-import-not-at-top
 
     items = table_stats(address)["items"]
-    written = reverb.Client(address).checkpoint()
     target = os.path.join(directory(logdir), f"ckpt-{int(step)}")
-    if os.path.isdir(target):  # the same step saved again (a final checkpoint right after a periodic one)
-        shutil.rmtree(target)
+    if int(step) in saved_steps(logdir):  # saved already: never rewrite what a resume may load
+        prune(logdir, set(int(s) for s in keep_steps) | {int(step)})
+        return {"replay_path": target, "replay_items": items}
+    written = reverb.Client(address).checkpoint()
+    files = _files(written)
+    run_dir.fsync_files(files)
+    shutil.rmtree(target, ignore_errors=True)  # an incomplete one of this step, never loaded
+    try:
+        os.unlink(target + run_dir.MANIFEST_SUFFIX)
+    except OSError:
+        pass
     os.replace(written, target)
+    run_dir.fsync_dir(directory(logdir))
+    entries = {}
+    for path in _files(target):
+        size, crc = run_dir.file_digest(path)
+        entries[os.path.relpath(path, target)] = {"size": size, "crc32": crc}
+    run_dir.write_json(target + run_dir.MANIFEST_SUFFIX, {"files": entries})
     prune(logdir, set(int(s) for s in keep_steps) | {int(step)})
     return {"replay_path": target, "replay_items": items}
 
@@ -114,6 +161,10 @@ def prune(logdir: str, keep_steps: Iterable[int]) -> None:
         match = _STEP_RE.match(name)
         if match and int(match.group(1)) not in keep:
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        elif name.endswith(run_dir.MANIFEST_SUFFIX):
+            owner = _STEP_RE.match(name[:-len(run_dir.MANIFEST_SUFFIX)])
+            if owner and int(owner.group(1)) not in keep:
+                os.unlink(os.path.join(root, name))
 
 
 def saved_items(path: str) -> int:

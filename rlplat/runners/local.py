@@ -40,6 +40,7 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 import reverb
 
+from rlplat import run_dir
 from rlplat import specs as specs_lib
 from rlplat.controller import Controller
 from rlplat.distributed import counters  # no Ray: a JSON file beside the checkpoints
@@ -47,7 +48,6 @@ from rlplat.distributed import loopback  # no Ray: environment and /proc checks 
 from rlplat.environment_loop import EnvironmentLoop
 from rlplat.experiment import Experiment, RunResult
 from rlplat.replay import server as replay_server
-from rlplat.runners.on_ray import check_logdir
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +116,21 @@ def run_local(experiment: Experiment, layout: Optional[LocalLayout] = None, *,
     if not isinstance(experiment, Experiment):
         raise TypeError(f"run_local takes an Experiment (got {type(experiment).__name__})")
     layout = LocalLayout() if layout is None else layout
-    restored_step = check_logdir(experiment.logdir, experiment.resume) if experiment.logdir else None
+    lock = None
+    if experiment.logdir:
+        run_dir.start_step(experiment.logdir, experiment.resume)  # refuse before making anything
+        os.makedirs(experiment.logdir, exist_ok=True)
+        lock = run_dir.RunLock(experiment.logdir).acquire()  # the one writer of this run directory
+    try:
+        restored_step = run_dir.start_step(experiment.logdir, experiment.resume) if lock else None
+        return _run(experiment, layout, restored_step, stop_event)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run(experiment: Experiment, layout: LocalLayout, restored_step: Optional[int],
+         stop_event: Optional[threading.Event]) -> RunResult:
     run = _LocalRun(experiment, layout, restored_step)
     try:
         run.start()
@@ -205,9 +219,9 @@ class _LocalRun:
         run_info.write_run_info(exp.logdir, exp.config_record(), extra={
             "layout": "local", "builder": type(exp.builder).__name__, "resumed_from_step": self.restored_step})
         self.checkpointer = checkpointing.Checkpointer(
-            os.path.join(exp.logdir, counters.CHECKPOINT_SUBDIR), **self.learner.checkpointables())
+            run_dir.checkpoints_dir(exp.logdir), **self.learner.checkpointables())
         if self.restored_step is not None:
-            self.checkpointer.restore_latest()
+            self.checkpointer.restore(self.restored_step)
             saved = counters.load_counters(exp.logdir, self.restored_step)
             self.actor_steps = int(saved.get("actor_steps", 0))
             self.episodes = int(saved.get("episodes", 0))

@@ -54,16 +54,14 @@ node can write (a shared file system).
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import os
 import threading
 from typing import Optional
 
 from rlplat import replay_shards
-from rlplat.distributed import counters
+from rlplat import run_dir
 from rlplat.distributed.layout_config import RayLayoutConfig
 from rlplat.experiment import Experiment, RunResult
-from rlplat.utils import checkpoint_files
 
 
 def run_on_ray(experiment: Experiment, layout: Optional[RayLayoutConfig] = None, *,
@@ -102,21 +100,13 @@ def run_on_ray(experiment: Experiment, layout: Optional[RayLayoutConfig] = None,
     replay_shards.check_shards(experiment.num_actors, layout.num_replay_shards)
     if stop_event is not None and not callable(getattr(stop_event, "is_set", None)):
         raise ValueError(f"stop_event must be a threading.Event (got {type(stop_event).__name__})")
-    logdir = experiment.logdir or os.path.join("runs", f"ray-{datetime.datetime.now():%Y%m%d-%H%M%S}")
+    logdir = experiment.logdir or run_dir.default_name("ray")
     experiment = dataclasses.replace(experiment, logdir=logdir)
-    restored_step = check_logdir(logdir, experiment.resume)
+    restored_step = run_dir.start_step(logdir, experiment.resume)
     from rlplat.distributed.driver import Driver  # pylint: disable=g-import-not-at-top  (imports Ray)
 
-    return Driver(experiment, layout, restored_step, stop_event=stop_event).run()
+    os.makedirs(logdir, exist_ok=True)
+    with run_dir.RunLock(logdir):  # the one writer of this run directory, for the whole run
+        restored_step = run_dir.start_step(logdir, experiment.resume)  # again, now that no one else writes
+        return Driver(experiment, layout, restored_step, stop_event=stop_event).run()
 
-
-def check_logdir(logdir: str, resume: bool) -> Optional[int]:
-    """Refuses to resume from nothing or to overwrite a run; returns the step to resume."""
-    directory = os.path.join(logdir, counters.CHECKPOINT_SUBDIR)
-    latest = checkpoint_files.latest_checkpoint(directory)
-    if resume and latest is None:
-        raise ValueError(f"--resume found no checkpoint in {directory}; check --logdir or drop --resume")
-    if not resume and latest is not None:
-        raise ValueError(f"{logdir} already holds a run with checkpoints; pass --resume to continue it "
-                         "or choose a new --logdir")
-    return checkpoint_files.step_of(latest) if latest else None

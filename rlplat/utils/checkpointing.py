@@ -1,11 +1,23 @@
-"""Checkpoints that survive a change of replica count and of worker count.
+"""Checkpoints that survive a change of replica count, of worker count, and a crash at any moment.
 
-``Checkpointer`` wraps ``tf.train.Checkpoint`` and ``tf.train.CheckpointManager``.
-Checkpoints are named ``ckpt-<step>`` so the step comes back from the file
-name. They are portable: variables created under a strategy scope are saved
+``Checkpointer`` saves named trackables with ``tf.train.Checkpoint`` under
+``<directory>/ckpt-<step>``, so the step comes back from the file name.
+Checkpoints are portable: variables created under a strategy scope are saved
 once (a mirrored variable as one value, a sync-on-read variable such as a
 batch-norm moving mean as its cross-replica aggregate), so a checkpoint saved
 under N replicas restores under M.
+
+Crash consistency (the state file, ``rlplat.run_dir``, is what readers trust):
+
+- a save writes ``ckpt-<step>``'s files, flushes them and their folder to
+  disk, writes a manifest of their sizes and CRC32s, and only then names the
+  checkpoint in the state file (an atomic, flushed rename); older checkpoints
+  beyond ``max_to_keep`` are deleted after that;
+- a save never rewrites a checkpoint the state file names: saving again at a
+  step already saved (no learner step since) returns the saved one untouched;
+- ``run_dir.verified_steps`` checks each named checkpoint against its manifest
+  without TensorFlow, and a restore falls back through older checkpoints when
+  the newest is unreadable, saying which it skipped.
 
 Multi-worker rule: saving may run collectives (reading sync-on-read
 variables), so EVERY worker calls ``save``; only the chief keeps the files.
@@ -22,6 +34,8 @@ the first place; this is the last line.
 
 from __future__ import annotations
 
+import glob
+import logging
 import os
 import shutil
 import tempfile
@@ -30,8 +44,10 @@ from typing import List, Optional
 import numpy as np
 import tensorflow as tf
 
-from rlplat.utils.checkpoint_files import PREFIX as _PREFIX
-from rlplat.utils.checkpoint_files import step_of  # noqa: F401  (one import for writers and readers)
+from rlplat import run_dir
+from rlplat.run_dir import step_of  # noqa: F401  (one import for writers and readers)
+
+_log = logging.getLogger(__name__)
 
 
 class Checkpointer:
@@ -40,7 +56,7 @@ class Checkpointer:
     Usage:
         ckpt = Checkpointer(logdir + "/checkpoints", is_chief=repl.is_chief,
                             model=model, optimizer=optimizer, step=step_var)
-        start = ckpt.restore_latest() or 0
+        start = ckpt.restore_latest() or 0      # or ckpt.restore(step) for a step chosen upstream
         ...
         ckpt.save(step)
 
@@ -56,54 +72,122 @@ class Checkpointer:
             raise ValueError(f"max_to_keep must be >= 1 (got {max_to_keep})")
         self.directory = directory
         self.is_chief = is_chief
+        self.max_to_keep = int(max_to_keep)
         self._checkpoint = tf.train.Checkpoint(**objects)
-        self._manager = None
-        if is_chief:
-            self._manager = tf.train.CheckpointManager(
-                self._checkpoint, directory, max_to_keep=max_to_keep, checkpoint_name=_PREFIX)
+
+    def _prefix(self, step: int) -> str:
+        return os.path.join(self.directory, f"{run_dir.CHECKPOINT_PREFIX}-{int(step)}")
 
     def save(self, step: int) -> Optional[str]:
         """Saves at ``step``; returns the chief's checkpoint path (None on other workers).
 
+        A step the state file already names is not written again: its path is returned.
+
         Raises:
           FloatingPointError: a variable holds NaN/Inf; nothing was written.
+          OSError: the disk is full or not writable; the state file still
+            names the previous checkpoints, which are untouched.
         """
         step = int(step)
         bad = first_nonfinite_variable(self._checkpoint)
         if bad is not None:
             raise FloatingPointError(
-                f"refusing to save checkpoint {_PREFIX}-{step}: variable {bad!r} holds NaN/Inf; "
-                f"the newest checkpoint in {self.directory} is the last finite state")
-        if self._manager is not None:
-            return self._manager.save(checkpoint_number=step)
-        scratch = tempfile.mkdtemp(prefix=f"rlplat-worker-ckpt-{step}-")
+                f"refusing to save checkpoint {run_dir.CHECKPOINT_PREFIX}-{step}: variable {bad!r} holds "
+                f"NaN/Inf; the newest checkpoint in {self.directory} is the last finite state")
+        # Checkpoint.write (unlike save) does not create the save counter, which a
+        # restore then expects: create it, as every checkpoint of ours holds one.
+        _ = self._checkpoint.save_counter
+        if not self.is_chief:
+            scratch = tempfile.mkdtemp(prefix=f"rlplat-worker-ckpt-{step}-")
+            try:
+                self._checkpoint.write(os.path.join(scratch, f"{run_dir.CHECKPOINT_PREFIX}-{step}"))
+            finally:
+                shutil.rmtree(scratch, ignore_errors=True)
+            return None
+        prefix = self._prefix(step)
+        named = run_dir.read_state(self.directory) or []
+        if prefix in named and os.path.isfile(prefix + ".index"):
+            return prefix
+        os.makedirs(self.directory, exist_ok=True)
         try:
-            self._checkpoint.write(os.path.join(scratch, f"{_PREFIX}-{step}"))
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
-        return None
+            self._checkpoint.write(prefix)
+            files = sorted(glob.glob(glob.escape(prefix) + ".*"))
+            files = [f for f in files if not f.endswith(run_dir.MANIFEST_SUFFIX)]
+            run_dir.fsync_files(files)
+            run_dir.write_manifest(prefix, files)
+        except BaseException:
+            _remove_checkpoint_files(prefix)  # never named: an orphan would only confuse readers
+            raise
+        kept = [p for p in named if p != prefix] + [prefix]
+        run_dir.write_state(self.directory, kept[-self.max_to_keep:])
+        for old in kept[:-self.max_to_keep]:
+            _remove_checkpoint_files(old)
+        return prefix
 
     @property
     def kept_steps(self) -> List[int]:
-        """Steps of the checkpoints kept on disk, oldest first ([] on a non-chief worker)."""
-        return [step_of(path) for path in self._manager.checkpoints] if self._manager else []
+        """Steps of the checkpoints the state file names, oldest first ([] on a non-chief worker)."""
+        if not self.is_chief:
+            return []
+        return [step_of(p) for p in run_dir.read_state(self.directory) or []
+                if os.path.isfile(p + ".index")]
 
     @property
     def latest_path(self) -> Optional[str]:
-        """The newest checkpoint in ``directory``, or None."""
-        return tf.train.latest_checkpoint(self.directory)
+        """The newest checkpoint the state file names, or None."""
+        steps = run_dir.verified_steps(self.directory, verify=False)
+        return self._prefix(steps[-1]) if steps else None
+
+    def restore(self, step: int) -> int:
+        """Restores the checkpoint at ``step`` exactly; returns ``step``.
+
+        Raises:
+          FileNotFoundError: no checkpoint at ``step``.
+          AssertionError / ValueError / tf.errors.OpError: it does not match
+            the objects (e.g. another network size) or cannot be read.
+        """
+        prefix = self._prefix(step)
+        if not os.path.isfile(prefix + ".index"):
+            raise FileNotFoundError(f"no checkpoint {prefix} (its .index file is missing)")
+        self._checkpoint.restore(prefix).assert_existing_objects_matched()
+        return int(step)
 
     def restore_latest(self) -> Optional[int]:
-        """Restores the newest checkpoint; returns its step, or None if there is none.
+        """Restores the newest readable checkpoint; returns its step, or None if there is none.
 
-        Raises if the checkpoint does not hold a value for every object given
-        to the constructor (e.g. a different network size).
+        Checkpoints that fail their manifest or TensorFlow's read are skipped,
+        newest first, with one warning naming them. A checkpoint that does
+        not match the objects (another network size) raises: an older one
+        would not match either.
         """
-        path = self.latest_path
-        if path is None:
-            return None
-        self._checkpoint.restore(path).assert_existing_objects_matched()
-        return step_of(path)
+        named = run_dir.verified_steps(self.directory, verify=False)
+        good = set(run_dir.verified_steps(self.directory))
+        skipped = []
+        for step in reversed(named):
+            if step not in good:
+                skipped.append(f"ckpt-{step} (fails its manifest)")
+                continue
+            try:
+                self.restore(step)
+            except (tf.errors.DataLossError, tf.errors.NotFoundError, tf.errors.OutOfRangeError) as e:
+                skipped.append(f"ckpt-{step} ({type(e).__name__})")
+                continue
+            if skipped:
+                _log.warning("restored ckpt-%d; skipped newer unreadable checkpoint(s): %s",
+                             step, ", ".join(skipped))
+            return step
+        if skipped:
+            raise FileNotFoundError(f"every checkpoint in {self.directory} is unreadable: "
+                                    f"{', '.join(skipped)}")
+        return None
+
+
+def _remove_checkpoint_files(prefix: str) -> None:
+    for path in glob.glob(glob.escape(prefix) + ".*"):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
 
 
 def first_nonfinite_variable(root) -> Optional[str]:

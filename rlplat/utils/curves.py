@@ -13,11 +13,13 @@ grid, its band the min-max over runs, so three seeds show their whole spread.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+
+from rlplat import run_dir
+from rlplat.utils import loggers
 
 X_AXES = ("env_steps", "learner_steps", "wall_time")
 
@@ -61,25 +63,23 @@ def flatten(config: Dict[str, Any], prefix: str = "") -> Dict[str, Any]:
 
 def load_run(path: str) -> Run:
     """Reads ``path``'s metrics and config (a missing config is an empty one)."""
-    metrics = os.path.join(path, "metrics.jsonl")
+    metrics = run_dir.metrics_path(path)
     if not os.path.isdir(path):
         raise CurveError(f"{path} is not a directory; pass run directories (each with metrics.jsonl)")
     if not os.path.exists(metrics):
         raise CurveError(f"{path} has no metrics.jsonl; pass the directory of an rlplat run")
-    records = []
-    with open(metrics) as f:
-        for line in f:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # the line a live run is writing
-            if isinstance(record, dict):
-                records.append(record)
+    try:
+        run_dir.check_run_files(path)
+    except run_dir.RunDirError as e:
+        raise CurveError(str(e)) from None
+    records = loggers.read_jsonl(metrics)
     config: Dict[str, Any] = {}
-    config_path = os.path.join(path, "config.json")
+    config_path = run_dir.config_path(path)
     if os.path.exists(config_path):
-        with open(config_path) as f:
-            config = flatten(json.load(f))
+        try:
+            config = flatten(run_dir.read_json_object(config_path, "run config"))
+        except run_dir.RunDirError as e:
+            raise CurveError(str(e)) from None
     return Run(path=path, config=config, records=tuple(records))
 
 

@@ -26,14 +26,16 @@ import json
 import math
 import numbers
 import os
+import sys
 import time
 from typing import Any, Callable, Dict, Mapping, Optional
 
 import numpy as np
 
+from rlplat import run_dir
 from rlplat.utils import tb_events
 
-JSONL_NAME = "metrics.jsonl"
+JSONL_NAME = run_dir.METRICS
 
 
 class MetricsLogger:
@@ -148,19 +150,38 @@ def config_markdown(config: Mapping[str, Any], prefix: str = "") -> str:
     return "\n".join(["| setting | value |", "|---|---|", *rows])
 
 
-def read_jsonl(path: str, role: Optional[str] = None) -> "list[Dict[str, Any]]":
-    """The records of a metrics file (optionally one role's), skipping damaged lines."""
-    records = []
-    if not os.path.exists(path):
+def read_jsonl(path: str, role: Optional[str] = None, warn: bool = True) -> "list[Dict[str, Any]]":
+    """The records of a metrics file (optionally one role's), skipping damaged lines.
+
+    A torn last line is what a live run is writing: skipped without a word.
+    A damaged line before it (garbage, a crash of an older writer) is
+    skipped with one warning on stderr that names it, when ``warn``.
+    """
+    records: "list[Dict[str, Any]]" = []
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
         return records
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(record, dict) and (role is None or record.get("role") == role):
-                records.append(record)
+    lines = data.split(b"\n")
+    damaged = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError):
+            if number < len(lines):  # the last piece has no newline yet: being written
+                damaged.append(number)
+            continue
+        if not isinstance(record, dict):
+            damaged.append(number)
+        elif role is None or record.get("role") == role:
+            records.append(record)
+    if damaged and warn:
+        shown = ", ".join(str(n) for n in damaged[:5]) + (" ..." if len(damaged) > 5 else "")
+        sys.stderr.write(f"rlplat: warning: {path}: skipped {len(damaged)} damaged line(s) (line "
+                         f"{shown}); the other records are read\n")
     return records
 
 

@@ -18,6 +18,8 @@ import sys
 from importlib import metadata
 from typing import Any, Dict, Mapping, Optional
 
+from rlplat import run_dir
+
 PACKAGES = ("tensorflow", "dm-reverb", "ray", "dm-control", "mujoco", "numpy")
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -66,7 +68,7 @@ def write_run_info(logdir: str, config: Mapping[str, Any],
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         **dict(extra or {}),
     }
-    path = os.path.join(logdir, "run_info.json")
+    path = run_dir.run_info_path(logdir)
     if os.path.exists(path):
         try:
             with open(path, encoding="utf-8") as f:
@@ -74,14 +76,6 @@ def write_run_info(logdir: str, config: Mapping[str, Any],
             record["previous"] = earlier.pop("previous", []) + [earlier]
         except (OSError, ValueError):
             pass  # an unreadable record is replaced rather than blocking the run
-    _write_json(os.path.join(logdir, "config.json"), config)
-    _write_json(path, record)
+    run_dir.write_json(run_dir.config_path(logdir), config)
+    run_dir.write_json(path, record)
     return record
-
-
-def _write_json(path: str, value: Any) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(value, f, indent=2, sort_keys=True, default=str)
-        f.write("\n")
-    os.replace(tmp, path)

@@ -14,7 +14,6 @@ the run is live; elsewhere the age of the newest record is all there is.
 
 from __future__ import annotations
 
-import glob
 import json
 import os
 import socket
@@ -22,6 +21,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from rlplat import replay_shards
+from rlplat import run_dir
 
 # Rates are averaged over the records of this many recent seconds.
 _RECENT_S = 60.0
@@ -41,19 +41,9 @@ def _json(path: str) -> Dict[str, Any]:
 
 
 def _records(path: str) -> List[Dict[str, Any]]:
-    out = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue  # the line being written
-                if isinstance(record, dict):
-                    out.append(record)
-    except OSError:
-        pass
-    return out
+    from rlplat.utils import loggers  # pylint: disable=g-import-not-at-top  (one reader of metrics.jsonl)
+
+    return loggers.read_jsonl(path)
 
 
 def _liveness(info: Dict[str, Any], newest_wall_time: Optional[float], now: float) -> Dict[str, Any]:
@@ -84,16 +74,14 @@ def _rate(records: List[Dict[str, Any]], key: str) -> Optional[float]:
 
 
 def _checkpoint(logdir: str) -> Optional[Dict[str, Any]]:
-    found = []
-    for path in glob.glob(os.path.join(logdir, "checkpoints", "ckpt-*.index")):
-        name = os.path.basename(path)[len("ckpt-"):-len(".index")]
-        if name.isdigit():
-            found.append((int(name), path))
-    if not found:
+    """The newest checkpoint the state file names (orphans a crash left are not checkpoints)."""
+    step = run_dir.latest_step(logdir, verify=False)
+    if step is None:
         return None
-    step, path = max(found)
-    counters = _json(os.path.join(logdir, "checkpoints", "counters.json")).get(str(step), {})
-    return {"learner_step": step, "path": path[:-len(".index")], "saved": os.path.getmtime(path),
+    prefix = run_dir.checkpoint_prefix(logdir, step)
+    counters = _json(run_dir.counters_path(logdir)).get(str(step), {})
+    counters = counters if isinstance(counters, dict) else {}
+    return {"learner_step": step, "path": prefix, "saved": os.path.getmtime(prefix + ".index"),
             "actor_steps": counters.get("actor_steps")}
 
 
@@ -104,14 +92,18 @@ def read_status(logdir: str, now: Optional[float] = None) -> Dict[str, Any]:
       StatusError: ``logdir`` holds no rlplat run.
     """
     now = time.time() if now is None else now
-    metrics_path = os.path.join(logdir, "metrics.jsonl")
+    metrics_path = run_dir.metrics_path(logdir)
     if not os.path.isdir(logdir):
         raise StatusError(f"{logdir} is not a directory; pass --logdir of an rlplat run")
-    if not os.path.exists(metrics_path) and not os.path.exists(os.path.join(logdir, "run_info.json")):
+    if not os.path.exists(metrics_path) and not os.path.exists(run_dir.run_info_path(logdir)):
         raise StatusError(f"{logdir} has neither metrics.jsonl nor run_info.json; pass the directory "
                           "`rlplat train` wrote (its --logdir)")
-    info = _json(os.path.join(logdir, "run_info.json"))
-    config = _json(os.path.join(logdir, "config.json")) or info.get("config", {})
+    try:
+        run_dir.check_run_files(logdir)
+    except run_dir.RunDirError as e:
+        raise StatusError(str(e)) from None
+    info = _json(run_dir.run_info_path(logdir))
+    config = _json(run_dir.config_path(logdir)) or info.get("config", {})
     records = _records(metrics_path)
     by_role: Dict[str, List[Dict[str, Any]]] = {}
     for record in records:

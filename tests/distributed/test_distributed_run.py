@@ -29,6 +29,7 @@ from rlplat_agents.d4pg.config import D4PGConfig
 from rlplat.distributed import cluster
 from rlplat.distributed import counters
 from rlplat import runners
+from rlplat import run_dir
 from rlplat.distributed import errors
 from rlplat.distributed import seeding
 from rlplat.replay.adders import NStepTransitionAdder
@@ -399,7 +400,8 @@ def _restored_then_saved(logdir):
         spec = specs.make_environment_spec(environment)
     learner = workers.remote(workers.LearnerWorker, num_cpus=1, max_concurrency=4, max_restarts=0,
                              runtime_env=process.runtime_env("learner", cpu_only=True, threads=1),
-                             ).remote(BUILDER, spec, 1, None, logdir, resume=True)
+                             ).remote(BUILDER, spec, 1, None, logdir,
+                                     restore_step=run_dir.latest_step(logdir))
     try:
         return ray.get(learner.save_checkpoint.remote(), timeout=300)
     finally:

@@ -185,7 +185,8 @@ def test_only_the_chief_keeps_the_checkpoint_and_it_restores_on_one_replica(trai
     directory = os.path.join(logdir, "checkpoints")
     assert saved["step"] == NUM_STEPS and saved["path"] == os.path.join(directory, f"ckpt-{NUM_STEPS}")
     assert sorted(os.listdir(directory)) == [
-        "checkpoint", f"ckpt-{NUM_STEPS}.data-00000-of-00001", f"ckpt-{NUM_STEPS}.index"]
+        "checkpoint", f"ckpt-{NUM_STEPS}.data-00000-of-00001", f"ckpt-{NUM_STEPS}.index",
+        f"ckpt-{NUM_STEPS}.manifest.json"]
 
     learner = _one_process_learner()
     restorer = checkpointing.Checkpointer(directory, **learner.checkpointables())
@@ -277,7 +278,8 @@ def _checkpoint_files(logdir):
 
 def _chief_files(steps):
     return sorted(["checkpoints/checkpoint"] + [f"checkpoints/ckpt-{s}.{ext}" for s in steps
-                                                  for ext in ("index", "data-00000-of-00001")])
+                                                  for ext in ("index", "data-00000-of-00001",
+                                                              "manifest.json")])
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ import pytest
 from PIL import Image
 
 from cli_testlib import run_rlplat_as_user
+from rlplat import run_dir
 from rlplat.utils import run_info
 
 NO_TF = "stand-in tensorflow: a bad input must be refused before TensorFlow is imported"
@@ -31,6 +32,8 @@ def _fake_run(logdir, env="cartpole:swingup", steps=(5, 10)):
     os.makedirs(logdir / "checkpoints", exist_ok=True)
     for step in steps:
         (logdir / "checkpoints" / f"ckpt-{step}.index").write_bytes(b"")
+    if steps:  # the state file names them, as the Checkpointer's would
+        run_dir.write_state(str(logdir / "checkpoints"), [f"ckpt-{s}" for s in steps])
     return str(logdir)
 
 

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from cli_testlib import assert_usage_error, run_rlplat
+from rlplat import run_dir
 from rlplat.utils import loggers
 from rlplat.utils import run_info
 from rlplat.utils import run_status
@@ -45,6 +46,7 @@ def _make_run(logdir, pid=None):
     os.makedirs(os.path.join(logdir, "checkpoints"))
     for step in (100, 250):
         open(os.path.join(logdir, "checkpoints", f"ckpt-{step}.index"), "w").close()
+    run_dir.write_state(os.path.join(logdir, "checkpoints"), ["ckpt-100", "ckpt-250"])
     with open(os.path.join(logdir, "checkpoints", "counters.json"), "w") as f:
         json.dump({"250": {"actor_steps": 2500}}, f)
 

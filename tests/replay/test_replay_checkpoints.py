@@ -72,7 +72,7 @@ def test_a_server_restores_items_and_rate_limiter_from_the_checkpoint_of_its_ste
         restored.stop()
 
 
-def test_saving_prunes_what_the_learner_pruned_and_overwrites_its_own_step(tmp_path):
+def test_saving_prunes_what_the_learner_pruned_and_never_rewrites_a_saved_step(tmp_path):
     logdir = str(tmp_path)
     server = replay_server.make_server(_tables(), checkpointer=checkpoints.make_checkpointer(logdir))
     try:
@@ -82,8 +82,10 @@ def test_saving_prunes_what_the_learner_pruned_and_overwrites_its_own_step(tmp_p
             checkpoints.save(address, logdir, step, keep_steps=[s for s in (1, 2, 3) if s <= step][-2:])
         assert checkpoints.saved_steps(logdir) == [2, 3]
         _insert(reverb.Client(address), 4, start=12)
+        # Step 3 is saved and complete: saving it again must not put it at risk
+        # (a crash mid-rewrite would leave no replay for the newest learner step).
         again = checkpoints.save(address, logdir, 3, keep_steps=[2, 3])
-        assert checkpoints.saved_steps(logdir) == [2, 3] and checkpoints.saved_items(again["replay_path"]) == 16
+        assert checkpoints.saved_steps(logdir) == [2, 3] and checkpoints.saved_items(again["replay_path"]) == 12
     finally:
         server.stop()
 

@@ -4,8 +4,8 @@ import os
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
+from rlplat import run_dir
 from rlplat_agents.supervised import data, learning, train
 from rlplat_agents.supervised.config import SupervisedConfig
 from rlplat import replication
@@ -77,7 +77,7 @@ def _small(num_steps):
 
 def _restore(config, logdir, num_replicas=1):
     learner = learning.SupervisedLearner(config, replication.make_replicator(num_replicas=num_replicas))
-    step = checkpointing.Checkpointer(os.path.join(logdir, train.CHECKPOINT_SUBDIR),
+    step = checkpointing.Checkpointer(run_dir.checkpoints_dir(logdir),
                                       **learner.checkpointables()).restore_latest()
     return learner, step
 
@@ -131,12 +131,12 @@ def test_ctrl_c_saves_a_checkpoint_at_the_current_step(tmp_path, monkeypatch):
     config = _small(100).replace(checkpoint_period=100)
     with pytest.raises(KeyboardInterrupt):
         train.train(config, num_replicas=1, logdir=str(tmp_path), progress=False)
-    assert tf.train.latest_checkpoint(str(tmp_path / train.CHECKPOINT_SUBDIR)).endswith("ckpt-30")
+    assert run_dir.latest_step(str(tmp_path)) == 30
 
 
 def test_logdir_guards(tmp_path):
-    with pytest.raises(ValueError, match="--resume found no checkpoint"):
-        train.check_logdir(str(tmp_path), resume=True)
+    with pytest.raises(run_dir.RunDirError, match="no intact checkpoint"):
+        train.train(_small(10), num_replicas=1, logdir=str(tmp_path), resume=True, progress=False)
     train.train(_small(10), num_replicas=1, logdir=str(tmp_path), progress=False)
-    with pytest.raises(ValueError, match="pass --resume"):
-        train.check_logdir(str(tmp_path), resume=False)
+    with pytest.raises(run_dir.RunDirError, match="already holds a run with checkpoints"):
+        train.train(_small(10), num_replicas=1, logdir=str(tmp_path), progress=False)

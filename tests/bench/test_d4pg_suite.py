@@ -1,0 +1,80 @@
+"""The control-suite bench's scoring: scores at 100k/500k, steps to 0.9x published, the table."""
+
+import json
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+from bench import d4pg_suite  # noqa: E402
+from bench import learning_table  # noqa: E402
+from bench import seeds  # noqa: E402
+
+
+def _record(seed, returns, every=20_000, seconds_per_step=0.002, task="walker:walk"):
+    curve = [{"actor_steps": every * (i + 1), "seconds": every * (i + 1) * seconds_per_step,
+              "eval_return": float(r)} for i, r in enumerate(returns)]
+    settings = {"env": task, "target": None, "max_actor_steps": every * len(returns)}
+    return {"seed": seed, "eval_curve": curve, "total_wall_seconds": curve[-1]["seconds"] + 5,
+            "env_steps_per_s": 400.0, "machine": {"cpu_model": "cpu X", "cpus": 2},
+            "settings": settings, "variant": f"default-{task.replace(':', '_')}"}
+
+
+def test_score_is_the_mean_of_the_last_three_evaluations_up_to_the_step():
+    curve = _record(0, range(100, 2600, 100))["eval_curve"]  # 25 evals, 20k..500k
+    # Up to 100k: the evals at 60k, 80k, 100k (300, 400, 500).
+    assert d4pg_suite.score_at(curve, 100_000) == pytest.approx(400.0)
+    assert d4pg_suite.score_at(curve, 500_000) == pytest.approx((2300 + 2400 + 2500) / 3)
+    # A run that stopped far short of 500k has no 500k score.
+    assert d4pg_suite.score_at(curve[:10], 500_000) is None
+    assert d4pg_suite.score_at([], 100_000) is None
+
+
+def test_summary_against_curl_state_sac():
+    # walker:walk: State SAC 948 at 500k (bar 0.9 x 948 = 853.2), 891 at 100k.
+    good = _record(0, [300, 500, 700, 800, 850] + [860] * 19 + [900])
+    bad = _record(1, [100] * 25)
+    summary = d4pg_suite.task_summary("walker:walk", [good, bad])
+    assert summary["bar"] == pytest.approx(853.2)
+    s500 = summary["scores"]["500000"]
+    assert s500["published_mean"] == 948.0 and s500["published_std"] == 54.0
+    assert s500["mean"] == pytest.approx(((860 + 860 + 900) / 3 + 100) / 2)
+    assert s500["ratio"] == pytest.approx(s500["mean"] / 948.0)
+    assert s500["meets_target"] is False
+    s100 = summary["scores"]["100000"]
+    assert s100["mean"] == pytest.approx(((700 + 800 + 850) / 3 + 100) / 2)
+    seeds_ = {p["seed"]: p for p in summary["per_seed"]}
+    assert seeds_[0]["steps_to_bar"] == 120_000  # 860 at the 6th eval
+    assert seeds_[0]["seconds_to_bar"] == pytest.approx(240.0)
+    assert seeds_[1]["steps_to_bar"] is None
+    only_good = d4pg_suite.task_summary("walker:walk", [good])
+    assert only_good["scores"]["500000"]["meets_target"] is True
+
+
+def test_frontier_tasks_use_the_weaker_source_and_unknown_tasks_none():
+    refs, source = d4pg_suite.published("walker:run")
+    assert 500_000 in refs and source == d4pg_suite.TDMPC2_SAC
+    assert d4pg_suite.published("cartpole:swingup")[1] == d4pg_suite.CURL
+    summary = d4pg_suite.task_summary("acrobot:swingup", [_record(0, [10] * 25, task="acrobot:swingup")])
+    assert summary["bar"] is None and summary["scores"]["500000"]["ratio"] is None
+
+
+def test_report_and_table_come_from_the_records(tmp_path):
+    out = str(tmp_path)
+    for seed, final in ((0, 900), (1, 880)):
+        record = _record(seed, [400] * 22 + [final] * 3, task="cartpole:swingup")
+        path = seeds.run_path(out, d4pg_suite.BENCH, record["variant"], seed)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(record, f)
+    report = d4pg_suite.write_report(out)
+    entry = report["variants"]["default"]["cartpole:swingup"]
+    assert entry["scores"]["500000"]["mean"] == pytest.approx(890.0)
+    assert os.path.exists(os.path.join(out, "d4pg_suite.png"))
+    lines = learning_table.suite_section(os.path.join(out, "d4pg_suite.json"))
+    row = next(line for line in lines if line.startswith("| cartpole:swingup"))
+    assert "848 ± 15" in row and "890 ± 10 (2)" in row and "1.05 ✓" in row
+    assert "460k, 460k" in row  # the 23rd eval is the first >= 0.9 x 848 = 763.2
+    assert any("CURL" in line for line in lines)
