@@ -44,7 +44,14 @@ def places(tmp_path_factory):
     (stand_in / "tensorflow").mkdir()
     (stand_in / "tensorflow" / "__init__.py").write_text(f"raise ImportError({NO_TF!r})\n")
     (base / "no-ckpt").mkdir()
+    bad_config = _fake_run(base / "bad-config")
+    with open(os.path.join(bad_config, "config.json"), "w") as f:
+        f.write('{"agent": {"policy_layer')  # truncated
+    bad_counters = _fake_run(base / "bad-counters")
+    with open(os.path.join(bad_counters, "checkpoints", "counters.json"), "w") as f:
+        f.write("[1, 2]")
     return {"run": _fake_run(base / "run"), "gym": _fake_run(base / "gym", env="gym:CartPole-v1"),
+            "badcfg": bad_config, "badcounters": bad_counters,
             "empty": _fake_run(base / "no-ckpt", steps=()), "base": str(base),
             "stand_in": str(stand_in)}
 
@@ -54,8 +61,13 @@ def places(tmp_path_factory):
     (["--logdir", "{base}"], ["config.json is missing"]),
     (["--logdir", "{empty}"], ["has no checkpoint"]),
     (["--logdir", "{run}", "--checkpoint", "7"], ["--checkpoint 7", "it keeps 5, 10"]),
-    (["--logdir", "{run}", "--episodes", "0"], ["--episodes must be >= 1"]),
-    (["--logdir", "{run}", "--seed", "-1"], ["--seed must be >= 0"]),
+    (["--logdir", "{run}", "--episodes", "0"], ["--episodes must be in 1..100,000"]),
+    (["--logdir", "{run}", "--episodes", "1000000000000"], ["--episodes must be in 1..100,000"]),
+    (["--logdir", "{run}", "--seed", "-1"], ["--seed must be in 0..4294967295"]),
+    (["--logdir", "{run}", "--seed", "4294967296"], ["--seed must be in 0..4294967295"]),
+    (["--logdir", "{run}", "--video", "{base}/out.gif", "--video-fps", "nan"], ["--video-fps must be > 0"]),
+    (["--logdir", "{badcfg}"], ["run config", "damaged", "restore it"]),
+    (["--logdir", "{badcounters}"], ["counters file", "not a JSON object"]),
     (["--logdir", "{run}", "--video", "{base}/missing/out.gif"], ["--video", "does not exist"]),
     (["--logdir", "{run}", "--video", "{base}/out.avi"], ["unknown extension", ".gif or .mp4"]),
     (["--logdir", "{run}", "--video", "{base}/out.gif", "--video-size", "64"], ["WIDTHxHEIGHT"]),
