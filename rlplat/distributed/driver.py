@@ -32,7 +32,7 @@ from rlplat.distributed import errors
 from rlplat.distributed import progress
 from rlplat.distributed import seeding
 from rlplat.distributed.driver_loop import ControlLoop
-from rlplat.distributed.errors import RunInterrupted
+from rlplat.distributed.errors import RunFailedError, RunInterrupted
 from rlplat.distributed.layout_config import RayLayoutConfig
 from rlplat.distributed.ray_calls import RayCalls
 from rlplat.distributed.worker_set import WorkerSet
@@ -97,6 +97,11 @@ class Driver:
         except RunInterrupted:
             self._stop_on_signal()
             raise
+        except OSError as e:  # the driver's own writes: logs, counters, run records (a full disk)
+            where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+            raise RunFailedError(f"cannot write the run's files: {e.strerror or e}{where}; stopped with the "
+                                 f"last good checkpoint ({self.counts.checkpoint_path or 'none yet'}): free "
+                                 "disk space, then --resume") from None
         finally:
             mark = time.monotonic()
             self._teardown()

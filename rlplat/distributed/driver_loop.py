@@ -32,6 +32,9 @@ from rlplat.distributed.ray_calls import RayCalls
 from rlplat.distributed.worker_set import WorkerSet
 from rlplat.experiment import Experiment
 
+# Periodic checkpoints that fail this many times in a row stop the run (a full disk at once).
+MAX_CHECKPOINT_FAILURES = 3
+
 
 class ControlLoop(ActorCare):
     """The running part of a run: calls in flight, their results, and the health checks.
@@ -58,6 +61,7 @@ class ControlLoop(ActorCare):
         self.console, self.calls, self.stop_event = console, calls, stop_event
         self.logdir = experiment.logdir
         self.max_actor_steps = experiment.budget
+        self.checkpoint_failures = 0  # periodic checkpoints failed in a row
         self.controller = Controller(experiment.schedule(layout.console_every_s))
         self.handlers: Dict[str, Callable[..., None]] = {
             "train": self._on_train, "eval": self._on_eval, "checkpoint": self._on_checkpoint,
@@ -259,8 +263,18 @@ class ControlLoop(ActorCare):
         try:
             saved = self.calls.get(ref, self.layout.call_timeout_s, "checkpoint")
         except RunFailedError as e:
-            self.console.message(f"checkpoint failed ({errors.one_line(e.__cause__ or e)}); will retry")
+            reason = errors.one_line(e.__cause__ or e)
+            self.checkpoint_failures += 1
+            last = self.counts.checkpoint_path or "none yet"
+            if self.checkpoint_failures >= MAX_CHECKPOINT_FAILURES or "No space left" in reason:
+                # Training on without checkpoints would lose everything past the last one.
+                raise RunFailedError(f"checkpoint failed {self.checkpoint_failures} time(s) in a row "
+                                     f"({reason}); stopping with the last good checkpoint ({last}): "
+                                     "free disk space, then --resume") from None
+            self.console.message(f"checkpoint failed ({reason}); will retry "
+                                 f"({self.checkpoint_failures} of {MAX_CHECKPOINT_FAILURES} in a row)")
             return
+        self.checkpoint_failures = 0
         self._record_checkpoint(saved)
 
     def _record_checkpoint(self, saved: Dict[str, Any]) -> None:
