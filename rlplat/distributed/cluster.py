@@ -336,8 +336,12 @@ def _join(address: str, timeout_s: float, log_to_driver: bool, logging_level: in
     host, port = parse_address(address)
     _wait_reachable(host, port, timeout_s, shown)
     # Asked before Ray connects: joining already ships and runs our code there.
-    if not allow_unauthenticated and ray_auth.requires_token(host, port, min(timeout_s, 10.0)) is False:
-        raise ClusterConnectionError(ray_auth.refusal(shown))
+    if not allow_unauthenticated:
+        verdict = ray_auth.requires_token(host, port, min(timeout_s, 10.0))
+        if verdict is False:
+            raise ClusterConnectionError(ray_auth.refusal(shown))
+        if verdict is None:  # fail closed: no proof that it checks tokens is no proof at all
+            raise ClusterConnectionError(ray_auth.no_verdict(shown))
 
     # The port answers; now let Ray connect, under the same deadline (a port
     # that is open but is not a Ray GCS would otherwise keep Ray retrying).
@@ -382,18 +386,38 @@ def parse_address(address: str) -> Tuple[str, int]:
     return host, int(port_text)
 
 
-def _resolve_auto() -> str:
-    try:
-        from ray._private import services  # pylint: disable=g-import-not-at-top
+def _resolve_auto(temp_dir: Optional[str] = None) -> str:
+    """``RAY_ADDRESS``, else the bootstrap file ``ray start --head`` left, if it can be trusted.
 
-        resolved = services.canonicalize_bootstrap_address("auto")
-    except ConnectionError as e:
+    The file lives in Ray's temp folder, usually under a world-writable /tmp:
+    another local user could have written it to point us at a fake GCS that
+    collects our token. So it is read only when this user owns it and no
+    other user can write its folder.
+    """
+    address = os.environ.get("RAY_ADDRESS", "").strip()
+    if address and address != "auto":
+        return address
+    folder = temp_dir or os.environ.get("RAY_TMPDIR") or "/tmp/ray"
+    path = os.path.join(folder, "ray_current_cluster")
+    try:
+        file_stat, folder_stat = os.stat(path), os.stat(folder)
+    except OSError:
         raise ClusterConnectionError(
             "--address auto found no running Ray cluster on this machine (and RAY_ADDRESS is "
-            "unset); start one with `ray start --head` or drop --address to run locally") from e
+            "unset); start one with `ray start --head` or drop --address to run locally") from None
+    if file_stat.st_uid != os.geteuid():
+        raise ClusterConnectionError(
+            f"--address auto: {path} belongs to user id {file_stat.st_uid}, not you, so it may point "
+            "anywhere; pass --address HOST:PORT (or set RAY_ADDRESS) of a cluster you trust")
+    if folder_stat.st_mode & 0o022:
+        raise ClusterConnectionError(
+            f"--address auto: other users can write {folder}, so {path} may have been replaced; pass "
+            "--address HOST:PORT (or set RAY_ADDRESS) of a cluster you trust")
+    with open(path, encoding="utf-8") as f:
+        resolved = f.read().strip()
     if not resolved:
         raise ClusterConnectionError(
-            "--address auto found no running Ray cluster; start one with `ray start --head` "
+            f"--address auto: {path} is empty; start a cluster with `ray start --head` "
             "or drop --address to run locally")
     return resolved
 

@@ -93,6 +93,13 @@ def requires_token(host: str, port: int, timeout_s: float = 10.0) -> Optional[bo
         channel.close()
 
 
+def no_verdict(shown: str) -> str:
+    """The one-line error when the probe could not tell whether the cluster checks tokens."""
+    return (f"Ray at {shown} did not show that it requires token authentication (the probe got no "
+            f"clear answer), so rlplat will not send it code or a token; check the address, or pass "
+            f"{OPT_OUT_FLAG} if its network is trusted")
+
+
 def refusal(shown: str) -> str:
     """The one-line error for a cluster without token authentication."""
     return (f"Ray at {shown} does not require token authentication, so anyone who can reach it can "
