@@ -87,6 +87,12 @@ def _suite(d: Dict[str, Any]) -> List[str]:
     return lines + ["full table: [results.md](results.md)"]
 
 
+def _torture(d: Dict[str, Any]) -> List[str]:
+    return [f"{'PASS' if d['passed'] else 'FAIL'}: {d['kills']} kills ({d['during_save']} during a save; "
+            f"{d['by_target']}), final eval {_fmt(d['final_eval'])} vs uninterrupted "
+            f"{[_fmt(r) for r in d['reference_evals']]}; problems: {d['problems'] or 'none'}"]
+
+
 def _replay_packing(d: Dict[str, Any]) -> List[str]:
     return [f"one column per field / packed: write cost {_fmt(d['write_cost_ratio_columns_over_packed'])}x, "
             f"sample cost {_fmt(d['sample_cost_ratio_columns_over_packed'])}x"]
@@ -177,6 +183,7 @@ BENCHES: Dict[str, tuple] = {
     "d4pg_learning": ("d4pg_learning.json", _learning),
     "impala_learning": ("impala_learning.json", _learning),
     "d4pg_suite": ("d4pg_suite.json", _suite),
+    "crash_torture": ("crash_torture.json", _torture),
     "d4pg_throughput": ("d4pg_throughput.json", _throughput_d4pg),
     "impala_throughput": ("impala_throughput.json", _throughput_impala),
     "d4pg_pull_rate": ("d4pg_pull_rate.json", _pull_rate),
