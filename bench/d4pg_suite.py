@@ -248,8 +248,8 @@ def plot(report: Dict[str, Any], path: str) -> None:
         ax.legend(fontsize=6, loc="lower right")
     for ax in list(axes.flat)[len(tasks):]:
         ax.axis("off")
-    fig.suptitle(f"D4PG, default config, 2 actors ({report['machine']['cpu_model']}); "
-                 "mean and min-max band over seeds", fontsize=9)
+    fig.suptitle(f"D4PG, default config, 2 actors ({report['machine']['cpu_model']})\n"
+                 "mean and min-max band over seeds", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)

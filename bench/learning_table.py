@@ -177,7 +177,7 @@ def main(argv=None):
     rows = []
     for path in sorted(glob.glob(os.path.join(args.results, "*_learning.json"))):
         rows += rows_from(path)
-    text = render(rows) + "\n".join(suite_section(os.path.join(args.results, "d4pg_suite.json")))
+    text = render(rows) + "\n" + "\n".join(suite_section(os.path.join(args.results, "d4pg_suite.json")))
     with open(args.out, "w") as f:
         f.write(text)
     print(text)
