@@ -348,6 +348,8 @@ def check_run_files(logdir: str) -> None:
     Raises:
       RunDirError: one line naming the damaged file and the fix.
     """
+    if not os.path.isdir(logdir):
+        return  # not a run directory at all: the caller says so in its own words
     for path, what in ((config_path(logdir), "run config"), (run_info_path(logdir), "run record")):
         try:
             read_json_object(path, what)

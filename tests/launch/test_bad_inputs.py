@@ -1,4 +1,9 @@
-"""The bad-input matrix: every bad `rlplat train` input is refused at once, cleanly, touching nothing.
+"""The bad-input matrix: every bad `rlplat` input is refused at once, cleanly, touching nothing.
+
+`train`, `eval`, `status`, `plot` and `sweep`, including damaged run files
+(empty, truncated or wrong-typed config.json, run_info.json, counters.json);
+`rlplat cluster check` loads Ray's validator, so its cases live in
+tests/clusters/test_cluster_cli.py.
 
 Each case runs the `rlplat` command as a user would (no TF_CPP_MIN_LOG_LEVEL
 in the environment) and must give: exit code 2; exactly one line on stderr,
@@ -14,6 +19,7 @@ directory left behind counts).
 import hashlib
 import json
 import os
+import shutil
 
 import pytest
 
@@ -125,7 +131,7 @@ CASES = [
     # plain flags
     ("zero-actors", [*D4PG, "--num-actors", "0"], ["--num-actors must be >= 1"]),
     ("zero-actor-steps", [*D4PG, "--max-actor-steps", "0"], ["--max-actor-steps"]),
-    ("negative-seed", [*D4PG, "--seed", "-1"], ["--seed must be >= 0"]),
+    ("negative-seed", [*D4PG, "--seed", "-1"], ["--seed must be in 0..4294967295"]),
     ("zero-eval-period", [*D4PG, "--eval-period", "0"], ["--eval-period"]),
     ("nan-checkpoint-period", [*D4PG, "--checkpoint-period", "nan"], ["--checkpoint-period"]),
     ("infinite-target-return", [*D4PG, "--target-eval-return", "inf"], ["--target-eval-return"]),
@@ -145,6 +151,43 @@ CASES = [
     ("impala-negative-lag", [*IMPALA, "--max-policy-lag", "-1"], ["--max-policy-lag"]),
     ("supervised-bad-steps", [*SUP, "--num-steps", "ten"], ["--num-steps"]),
     ("no-agent", ["train"], ["AGENT"]),
+    # numbers beyond what the learner or the seeds can hold
+    ("seed-beyond-32-bits", [*D4PG, "--seed", "4294967296"], ["--seed must be in 0..4294967295"]),
+    ("learning-rate-beyond-float32", [*D4PG, "--policy-learning-rate", "1e39"], ["float32", "--policy-learning-rate"]),
+    ("sigma-beyond-float32", [*D4PG, "--sigma", "1e39"], ["float32", "--sigma"]),
+    ("target-beyond-float32", [*D4PG, "--target-eval-return", "1e39"], ["--target-eval-return"]),
+    ("actor-steps-beyond-64-bits", [*D4PG, "--max-actor-steps", "100000000000000000000"],
+     ["--max-actor-steps must fit in 64 bits"]),
+    ("checkpoint-period-infinite", [*D4PG, "--checkpoint-period", "inf"], ["--checkpoint-period"]),
+    # damaged run files, for every command that reads them
+    ("resume-empty-config", [*D4PG, "--resume", "--logdir", "{empty_config}"], ["run config", "damaged"]),
+    ("resume-truncated-run-info", [*D4PG, "--resume", "--logdir", "{torn_info}"], ["run record", "damaged"]),
+    ("resume-wrong-counters", [*D4PG, "--resume", "--logdir", "{list_counters}"], ["counters file", "not a JSON object"]),
+    ("resume-bad-counts", [*D4PG, "--resume", "--logdir", "{bad_counts}"], ["counters file", "damaged"]),
+    ("eval-empty-config", ["eval", "--logdir", "{empty_config}"], ["run config", "damaged"]),
+    ("eval-truncated-run-info", ["eval", "--logdir", "{torn_info}"], ["run record", "damaged"]),
+    ("eval-wrong-counters", ["eval", "--logdir", "{list_counters}"], ["counters file"]),
+    ("eval-seed-beyond-32-bits", ["eval", "--logdir", "{run}", "--seed", "4294967296"], ["--seed must be in"]),
+    ("eval-episodes-huge", ["eval", "--logdir", "{run}", "--episodes", "1000000000000"], ["--episodes must be in"]),
+    ("eval-logdir-is-a-file", ["eval", "--logdir", "{file}"], ["is not a directory"]),
+    ("eval-video-fps-nan", ["eval", "--logdir", "{run}", "--video", "{base}/v.gif", "--video-fps", "nan"],
+     ["--video-fps must be > 0"]),
+    ("eval-video-size-zero", ["eval", "--logdir", "{run}", "--video", "{base}/v.gif", "--video-size", "0x10"],
+     ["WIDTHxHEIGHT"]),
+    ("status-empty-config", ["status", "--logdir", "{empty_config}"], ["run config", "damaged"]),
+    ("status-truncated-run-info", ["status", "--logdir", "{torn_info}"], ["run record", "damaged"]),
+    ("status-wrong-counters", ["status", "--logdir", "{list_counters}"], ["counters file"]),
+    ("status-logdir-is-a-file", ["status", "--logdir", "{file}"], ["is not a directory"]),
+    ("plot-empty-config", ["plot", "{empty_config}", "-o", "{base}/p.png"], ["run config", "damaged"]),
+    ("plot-wrong-counters", ["plot", "{list_counters}", "-o", "{base}/p.png"], ["counters file"]),
+    ("plot-run-is-a-file", ["plot", "{file}", "-o", "{base}/p.png"], ["is not a directory"]),
+    ("plot-output-is-a-folder", ["plot", "{run}", "-o", "{base}"], ["is a directory"]),
+    ("plot-unknown-metric", ["plot", "{run}", "-o", "{base}/p.png", "--metric", "nope"], ["--metric"]),
+    ("sweep-logdir-is-a-file", ["sweep", "d4pg", "--logdir", "{file}"], ["is a file"]),
+    ("sweep-empty-grid", ["sweep", "d4pg", "--grid", "sigma="], ["--grid"]),
+    ("sweep-duplicate-grid-value", ["sweep", "d4pg", "--grid", "sigma=0.2,0.20"], ["same value of sigma"]),
+    ("sweep-seed-beyond-32-bits", ["sweep", "d4pg", "--seed", "4294967295", "--seeds", "2"],
+     ["--seed must be in 0..4294967295"]),
     # the environment
     ("unknown-learner-malloc", [{"RLPLAT_LEARNER_MALLOC": "glibc"}, *D4PG],
      ["RLPLAT_LEARNER_MALLOC='glibc' is not one of jemalloc, system", "set it to system"]),
@@ -183,8 +226,14 @@ def world(tmp_path_factory):
     stand_in = tmp_path_factory.mktemp("no-ray")  # outside `base`: not part of the snapshot
     (stand_in / "ray").mkdir()
     (stand_in / "ray" / "__init__.py").write_text(f"raise ImportError({NO_RAY!r})\n")
+    damaged = {"empty_config": ("config.json", ""), "torn_info": ("run_info.json", '{"builder": "D4'),
+               "list_counters": ("checkpoints/counters.json", "[1, 2]"),
+               "bad_counts": ("checkpoints/counters.json", '{"16": {"actor_steps": "many"}}')}
+    for name, (relative, text) in damaged.items():
+        shutil.copytree(base / "d4pg-run", base / name)
+        (base / name / relative).write_text(text)
     places = {"run": base / "d4pg-run", "sup": base / "supervised-run", "file": base / "a-file",
-              "logs": base / "logs-only", "base": base}
+              "logs": base / "logs-only", "base": base, **{name: base / name for name in damaged}}
     world = {"base": str(base), "cwd": str(cwd), "stand_in": str(stand_in),
              "places": {k: str(v) for k, v in places.items()}, "timings": []}
     yield world
