@@ -98,6 +98,8 @@ class Driver:
             self._stop_on_signal()
             raise
         except OSError as e:  # the driver's own writes: logs, counters, run records (a full disk)
+            if isinstance(e, ConnectionError) or e.errno is None:
+                raise  # not a file the run writes: a connection, a refusal with its own message
             where = f" ({e.filename})" if getattr(e, "filename", None) else ""
             raise RunFailedError(f"cannot write the run's files: {e.strerror or e}{where}; stopped with the "
                                  f"last good checkpoint ({self.counts.checkpoint_path or 'none yet'}): free "

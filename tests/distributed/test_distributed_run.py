@@ -374,7 +374,7 @@ def _kill_learner_after_a_trained_checkpoint(logdir, stop, killed):
     the targets from the online nets would show). ``killed``: (pid, monotonic time).
     """
     me = psutil.Process()
-    path = os.path.join(logdir, "checkpoints", counters.COUNTERS_FILE)
+    path = run_dir.counters_path(logdir)
     while not stop.is_set():
         try:
             with open(path) as f:

@@ -162,7 +162,8 @@ CASES = [
     # damaged run files, for every command that reads them
     ("resume-empty-config", [*D4PG, "--resume", "--logdir", "{empty_config}"], ["run config", "damaged"]),
     ("resume-truncated-run-info", [*D4PG, "--resume", "--logdir", "{torn_info}"], ["run record", "damaged"]),
-    ("resume-wrong-counters", [*D4PG, "--resume", "--logdir", "{list_counters}"], ["counters file", "not a JSON object"]),
+    ("resume-wrong-counters", [*D4PG, "--resume", "--logdir", "{list_counters}"],
+     ["counters file", "not a JSON object"]),
     ("resume-bad-counts", [*D4PG, "--resume", "--logdir", "{bad_counts}"], ["counters file", "damaged"]),
     ("eval-empty-config", ["eval", "--logdir", "{empty_config}"], ["run config", "damaged"]),
     ("eval-truncated-run-info", ["eval", "--logdir", "{torn_info}"], ["run record", "damaged"]),

@@ -54,7 +54,7 @@ def test_run_local_evaluates_on_the_step_grid_checkpoints_and_resumes(tmp_path):
     assert [r["step"] for r in records if r["role"] == "evaluator"] == [400, 800, 1000]
 
     # A new run in the same directory is refused; --resume continues counts and learner.
-    with pytest.raises(ValueError, match="pass --resume"):
+    with pytest.raises(ValueError, match="already holds a run with checkpoints; resume it"):
         run_local(experiment)
     resumed = run_local(Experiment(BUILDER, SHORT_EPISODES, num_actors=2, max_actor_steps=1400,
                                    eval_every_actor_steps=400, eval_episodes=1, logdir=logdir, resume=True),
