@@ -113,7 +113,11 @@ def main(argv=None):
         # Seed-major: every task gets its first seed before any gets a third.
         for seed in seed_list:
             for task in tasks:
-                run_task_seed(args, overrides, task, seed)
+                try:
+                    run_task_seed(args, overrides, task, seed)
+                except Exception as e:  # pylint: disable=broad-except  (one failed run must not end the sweep)
+                    print(f"[{BENCH}] {task} seed {seed} failed, no record kept: "
+                          f"{str(e).splitlines()[0] if str(e) else type(e).__name__}", flush=True)
     return write_report(args.out)
 
 
