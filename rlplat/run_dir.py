@@ -156,34 +156,47 @@ def file_digest(path: str) -> tuple:
     return size, crc
 
 
-def write_manifest(prefix: str, files: Iterable[str]) -> None:
-    """Records the size and CRC32 of each of a checkpoint's files beside it (flushed)."""
+def write_manifest(manifest: str, root: str, files: Iterable[str]) -> None:
+    """Records the size and CRC32 of each file (named relative to ``root``) in ``manifest`` (flushed)."""
     entries = {}
     for path in files:
         size, crc = file_digest(path)
-        entries[os.path.basename(path)] = {"size": size, "crc32": crc}
-    write_json(prefix + MANIFEST_SUFFIX, {"files": entries})
+        entries[os.path.relpath(path, root)] = {"size": size, "crc32": crc}
+    write_json(manifest, {"files": entries})
+
+
+def manifest_matches(manifest: str, root: str, present: Optional[Iterable[str]] = None) -> Optional[bool]:
+    """Whether the files ``manifest`` lists (relative to ``root``) still have their sizes and CRC32s.
+
+    None when there is no manifest (written before manifests existed). With
+    ``present`` (the files now there), the two lists must also be the same.
+    """
+    try:
+        with open(manifest, encoding="utf-8") as f:
+            entries = json.load(f)["files"]
+        if not isinstance(entries, dict):
+            return False
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    if present is not None and set(entries) != {os.path.relpath(p, root) for p in present}:
+        return False
+    for name, want in entries.items():
+        try:
+            if file_digest(os.path.join(root, name)) != (want.get("size"), want.get("crc32")):
+                return False
+        except (OSError, AttributeError):
+            return False
+    return True
 
 
 def checkpoint_intact(prefix: str) -> bool:
     """Whether ``prefix``'s files match its manifest (no manifest: its index file exists)."""
     if not os.path.isfile(prefix + ".index"):
         return False
-    try:
-        with open(prefix + MANIFEST_SUFFIX, encoding="utf-8") as f:
-            entries = json.load(f)["files"]
-    except FileNotFoundError:
-        return True  # written before manifests existed: TensorFlow's read is the only check
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
-    folder = os.path.dirname(prefix)
-    for name, want in entries.items():
-        try:
-            if file_digest(os.path.join(folder, name)) != (want.get("size"), want.get("crc32")):
-                return False
-        except OSError:
-            return False
-    return True
+    # No manifest: written before manifests existed; TensorFlow's read is the only check.
+    return manifest_matches(prefix + MANIFEST_SUFFIX, os.path.dirname(prefix)) is not False
 
 
 def verified_steps(directory: str, verify: bool = True) -> List[int]:
@@ -225,12 +238,6 @@ def latest_step(logdir: str, verify: bool = True) -> Optional[int]:
     """The newest checkpoint's learner step (through the state file; ``verify``: intact), or None."""
     steps = checkpoint_steps(logdir, verify)
     return steps[-1] if steps else None
-
-
-def latest_checkpoint(logdir: str) -> Optional[str]:
-    """The newest checkpoint's prefix (through the state file), or None."""
-    step = latest_step(logdir)
-    return None if step is None else checkpoint_prefix(logdir, step)
 
 
 def start_step(logdir: str, resume: bool) -> Optional[int]:

@@ -21,7 +21,6 @@ them (``rlplat.launch.preflight.check_replay_resume``).
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 import shutil
@@ -29,7 +28,6 @@ from typing import Any, Dict, Iterable, List, Optional
 
 from rlplat import run_dir
 
-_log = logging.getLogger(__name__)
 _SCRATCH = ".reverb"
 _STEP_RE = re.compile(r"^ckpt-(\d+)$")
 
@@ -65,17 +63,7 @@ def saved_steps(logdir: str) -> List[int]:
 
 
 def _intact(path: str) -> bool:
-    manifest = path + run_dir.MANIFEST_SUFFIX
-    if not os.path.exists(manifest):
-        return True
-    try:
-        entries = run_dir.read_json_object(manifest, "replay manifest")["files"]
-    except (OSError, KeyError, run_dir.RunDirError):
-        return False
-    files = {os.path.relpath(f, path): f for f in _files(path)}
-    return set(entries) == set(files) and all(
-        run_dir.file_digest(files[name]) == (want.get("size"), want.get("crc32"))
-        for name, want in entries.items())
+    return run_dir.manifest_matches(path + run_dir.MANIFEST_SUFFIX, path, present=_files(path)) is not False
 
 
 def candidates(logdir: str, step: int) -> List[str]:
@@ -144,11 +132,7 @@ def save(address: str, logdir: str, step: int, keep_steps: Iterable[int]) -> Dic
         pass
     os.replace(written, target)
     run_dir.fsync_dir(directory(logdir))
-    entries = {}
-    for path in _files(target):
-        size, crc = run_dir.file_digest(path)
-        entries[os.path.relpath(path, target)] = {"size": size, "crc32": crc}
-    run_dir.write_json(target + run_dir.MANIFEST_SUFFIX, {"files": entries})
+    run_dir.write_manifest(target + run_dir.MANIFEST_SUFFIX, target, _files(target))
     prune(logdir, set(int(s) for s in keep_steps) | {int(step)})
     return {"replay_path": target, "replay_items": items}
 

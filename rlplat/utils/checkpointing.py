@@ -114,7 +114,7 @@ class Checkpointer:
             files = sorted(glob.glob(glob.escape(prefix) + ".*"))
             files = [f for f in files if not f.endswith(run_dir.MANIFEST_SUFFIX)]
             run_dir.fsync_files(files)
-            run_dir.write_manifest(prefix, files)
+            run_dir.write_manifest(prefix + run_dir.MANIFEST_SUFFIX, self.directory, files)
         except BaseException:
             _remove_checkpoint_files(prefix)  # never named: an orphan would only confuse readers
             raise
