@@ -197,8 +197,11 @@ def final_eval(logdir: str, seed: int, episodes: int) -> float:
 
 
 def torture(kills: int, max_actor_steps: int, seed: int, workdir: str, rng_seed: int = 0,
-            start_timeout_s: float = 180.0) -> Dict[str, Any]:
-    """Runs the kill/resume loop in ``workdir``; returns the record (``passed`` and why)."""
+            start_timeout_s: float = 180.0, targets: Optional[List[str]] = None) -> Dict[str, Any]:
+    """Runs the kill/resume loop in ``workdir``; returns the record (``passed`` and why).
+
+    ``targets`` names the victim of each kill in order; by default each is drawn at random.
+    """
     rng = random.Random(rng_seed)
     logdir = os.path.join(workdir, "run")
     lives: List[Dict[str, Any]] = []
@@ -207,7 +210,7 @@ def torture(kills: int, max_actor_steps: int, seed: int, workdir: str, rng_seed:
     with open(os.path.join(workdir, "runs.log"), "ab") as log:
         for index in range(kills + 1):
             last = index == kills
-            target = None if last else rng.choice(TARGETS)
+            target = None if last else (targets[index] if targets else rng.choice(TARGETS))
             life = one_life(logdir, index == 0, max_actor_steps, seed, target, during_save=index % 2 == 1,
                             rng=rng, start_timeout_s=start_timeout_s, log=log)
             if index > 0 and not life["started"] and life.get("exit_code") != 0:

@@ -90,6 +90,10 @@ def _provider_key_problems(config: Mapping[str, Any], ptype: str) -> List[str]:
     return problems
 
 
+# Above this a count is a typo, not a cluster: the autoscaler would try to launch that many.
+MAX_WORKER_NODES = 10_000
+
+
 def _worker_count_problems(config: Mapping[str, Any], ptype: str) -> List[str]:
     problems = []
 
@@ -102,6 +106,10 @@ def _worker_count_problems(config: Mapping[str, Any], ptype: str) -> List[str]:
             return None
         if value < 0:
             problems.append(f"`{where}{key}` is {value}; set it to 0 or more")
+            return None
+        if value > MAX_WORKER_NODES:
+            problems.append(f"`{where}{key}` is {value}, more than {MAX_WORKER_NODES:,} nodes; "
+                            "set the number of nodes you mean to launch")
             return None
         return value
 
@@ -236,6 +244,28 @@ def _auth_problems(config: Mapping[str, Any], ptype: str) -> List[str]:
         problems.append(f"the auth token is not shipped to the nodes (`ray up` does not do it); add to "
                         f"file_mounts \"{TOKEN_REMOTE_PATH}\": \"{TOKEN_REMOTE_PATH}\" (create it with "
                         "`ray get-auth-token --generate`)")
+    token_mounts = [str(local) for target, local in mounts.items()
+                    if _norm_remote(target).endswith("/.ray/auth_token") or _norm_remote(target) in token_paths]
+    problems.extend(_readable_token_problems(token_mounts))
+    return problems
+
+
+def _readable_token_problems(local_paths: Sequence[str]) -> List[str]:
+    """The token files on this machine that users other than the owner can read.
+
+    Whoever reads the token can join the cluster and run code on every node.
+    A file that does not exist here is left to `ray up`, which says so.
+    """
+    problems = []
+    for local in local_paths:
+        path = os.path.expanduser(local)
+        try:
+            mode = os.stat(path).st_mode & 0o777
+        except OSError:
+            continue
+        if mode & 0o044:
+            problems.append(f"the auth token file {local} can be read by other users (mode {mode:04o}), "
+                            f"who could then join the cluster; run `chmod 600 {local}`")
     return problems
 
 

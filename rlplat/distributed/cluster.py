@@ -2,9 +2,11 @@
 
 ``connect()`` with no address starts a LOCAL Ray instance sized for this
 machine, with no dashboard, quiet logs and nothing reachable from the
-network: every Ray server is bound to 127.0.0.1, and the servers inside its
-workers that take only a port (Reverb, TensorFlow's gRPC) are kept on
-loopback by the LD_PRELOAD shim (``loopback``). Token authentication is
+network: every Ray server is bound to 127.0.0.1, its sockets and logs are
+in a folder only this user can enter (``shared_host.private_temp_dir``),
+and the servers inside its workers that take only a port (Reverb,
+TensorFlow's gRPC) are kept on loopback by the LD_PRELOAD shim
+(``loopback``). Token authentication is
 switched on explicitly, with a token of this instance only (``ray_auth``).
 
 ``connect("HOST:PORT")`` / ``connect("auto")`` join an existing cluster (one
@@ -42,6 +44,7 @@ from rlplat.distributed import loopback
 from rlplat.distributed import process
 from rlplat.distributed import ray_auth
 from rlplat.distributed import reaper as reaper_lib
+from rlplat.distributed import shared_host
 from rlplat.utils import tf_setup
 
 # Ray picks the node's network IP even when asked for 127.0.0.1
@@ -158,6 +161,11 @@ def _start_local(num_cpus: Optional[int], log_to_driver: bool, logging_level: in
     if num_cpus < 1:
         raise ValueError(f"num_cpus must be >= 1 (got {num_cpus})")
     global _restore_auth  # pylint: disable=global-statement
+    try:
+        # Ray makes its own temp folder 0777: the private one above it keeps others out.
+        temp_dir = os.path.join(shared_host.private_temp_dir(), "ray")
+    except shared_host.SharedHostError as e:
+        raise ClusterConnectionError(str(e)) from None
     session = _own_session()
     restore = ray_auth.local_instance_token()
     try:
@@ -169,6 +177,7 @@ def _start_local(num_cpus: Optional[int], log_to_driver: bool, logging_level: in
                 log_to_driver=log_to_driver,
                 logging_level=logging_level,
                 configure_logging=True,
+                _temp_dir=temp_dir,  # not /tmp/ray, which every user of the host shares
             )
     except BaseException:
         if not ray.is_initialized():

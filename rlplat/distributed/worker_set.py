@@ -22,6 +22,7 @@ from rlplat.distributed import placement
 from rlplat.distributed import process
 from rlplat.distributed import resources
 from rlplat.distributed import seeding
+from rlplat.distributed import shared_host
 from rlplat.distributed import workers
 from rlplat.distributed.actor_slots import ActorSlot, RestartBudget
 from rlplat.distributed.layout_config import RayLayoutConfig
@@ -125,12 +126,14 @@ class WorkerSet:
         # Named, so workers that Ray may restart find it by name rather than
         # through a handle argument (see RemoteVariableSource).
         if layout.num_learner_workers > 1:
+            self._warn_if_shared("the learner workers' TensorFlow servers (they run any op sent to them)")
             self.learner = self._start_learner_group()
         else:
             learner_env = process.runtime_env("learner", cpu_only=not plan.learner_gpus,
                                               threads=plan.learner_threads[0])
             if layout.debug_eager:  # breakpoint() in the step waits for `ray debug` to attach
                 learner_env["env_vars"]["RAY_DEBUG"] = "legacy"
+                self._warn_if_shared("--debug-eager's remote debugger (a Python prompt in the learner)")
             self.learner = workers.remote(
                 workers.LearnerWorker, num_cpus=plan.learner_cpus, num_gpus=plan.learner_gpus,
                 max_concurrency=4, max_restarts=0, name=self.learner_name,
@@ -174,6 +177,11 @@ class WorkerSet:
         self.replay_restore = self.replay_restore or ready.get("replay_restore")
         self._report_placement()
         return ready
+
+    def _warn_if_shared(self, what: str) -> None:
+        warning = shared_host.exposure_warning(what)
+        if warning:
+            self.console.message(warning)
 
     def _start_replay(self, replay_host: Optional[str]) -> None:
         """The replay server(s) of their own: one, or ``num_replay_shards`` (``rlplat.replay_shards``).

@@ -558,7 +558,8 @@ class LearnerWorker:
                 self._shared = SharedWeightsWriter(arrays)
             except OSError as e:  # no /dev/shm room: actors pull over Ray as before
                 self._shared_failed = True
-                print(f"rlplat: shared memory: {e}; actors on this host pull weights over Ray instead",
+                print(f"rlplat: shared memory: {e.strerror or e}; actors on this host pull weights "
+                      "over Ray instead",
                       flush=True)
                 return
             atexit.register(self._shared.close)

@@ -185,3 +185,17 @@ def test_pip_parsing():
         "cd ~/src && ~/venv/bin/pip install -q --upgrade pip && python -m pip install "
         "--constraint=constraints.txt -e . ; pip3 install boto3==1.0")
     assert [(p, c) for p, c, _ in installs] == [(["pip"], False), (["."], True), (["boto3==1.0"], False)]
+
+
+def test_a_token_file_others_can_read_is_flagged_and_a_private_one_is_not(tmp_path):
+    token = tmp_path / "auth_token"
+    token.write_text("0123456789abcdef" * 4)
+    config = _load("aws.yaml")
+    config["file_mounts"] = {"~/.ray/auth_token": str(token)}
+    path = _write(tmp_path, config)
+    os.chmod(token, 0o644)
+    problems = check_cluster_config(path)
+    assert any("can be read by other users (mode 0644)" in p and f"chmod 600 {token}" in p
+               for p in problems), problems
+    os.chmod(token, 0o600)
+    assert check_cluster_config(path) == []

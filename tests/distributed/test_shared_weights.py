@@ -1,9 +1,13 @@
 """Shared-memory policy weights: versions, torn writes never read, cleanup, and a real run's actors."""
 
 import multiprocessing as mp
+import os
 import socket
+import subprocess
+import sys
 
 import numpy as np
+import pytest
 
 from rlplat.distributed.shared_weights import SharedWeightsReader, SharedWeightsWriter
 
@@ -101,3 +105,31 @@ def test_blocks_of_dead_learners_are_removed_and_live_ones_kept(tmp_path):
     (tmp_path / "other_block").write_bytes(b"x")
     assert shared_weights.remove_stale_blocks(str(tmp_path)) == [f"rlplat_w_{dead.pid}_abcd"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["other_block", "rlplat_w_1_live"]
+
+
+_FILL_SMALL_SHM = """
+import numpy as np
+from rlplat.distributed import shared_weights
+arrays = [np.ones((1024, 1024), np.float32)]  # 4 MiB into a 1 MiB /dev/shm
+try:
+    writer = shared_weights.SharedWeightsWriter(arrays)
+except OSError as e:
+    print("refused:", e)
+else:
+    writer.publish(1, arrays)  # without the check: SIGBUS on the first page past the room
+    print("published")
+"""
+
+
+def test_weights_larger_than_free_shared_memory_are_refused_not_a_sigbus():
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small /dev/shm needs root")
+    # A private mount namespace with a 1 MiB /dev/shm, like a container's small default.
+    script = 'mount -t tmpfs -o size=1m tmpfs /dev/shm && exec "$0" -c "$1"'
+    out = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
+                          sys.executable, _FILL_SMALL_SHM],
+                         capture_output=True, text=True, timeout=120)
+    if "mount" in out.stderr and out.returncode != 0 and "refused" not in out.stdout:
+        pytest.skip(f"cannot mount a tmpfs here: {out.stderr.strip()[-200:]}")
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+    assert "4.0 MiB of weights do not fit in the 1.0 MiB free in /dev/shm" in out.stdout, out.stdout
