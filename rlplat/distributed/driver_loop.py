@@ -217,7 +217,10 @@ class ControlLoop(ActorCare):
                 "event": "learner_first_step", "learner_steps": self.counts.learner_steps,
                 "replay_inserts_before_first_step": int(metrics["replay_inserts_before_first_step"])})
         self.learn_rate.update(self.counts.learner_steps)
-        self.last_learner_metrics = metrics
+        # A call that took no step (a stop requested meanwhile) has counts but no
+        # losses: the last step's losses stay the ones logged.
+        self.last_learner_metrics = ({**self.last_learner_metrics, **metrics} if not metrics.get("steps", 1)
+                                     else metrics)
         if self.stopping:
             self.learner_stopped = True
         else:
