@@ -80,8 +80,9 @@ def actor_classes():
 
     from rlplat.distributed import process
     from rlplat.distributed import workers
+    from rlplat.distributed.learner_service import WeightServer
 
-    class StandInLearner:
+    class StandInLearner(WeightServer):
         """What actors see of a learner: the replay address and ever-newer policy weights.
 
         Hosts the Reverb server (builder's table, MinSize limiter so inserts never wait).
@@ -128,10 +129,13 @@ def actor_classes():
         def replay_address(self):
             return self._address
 
+        def get_variables(self, names):
+            return self._version, {name: self._weights for name in names}
+
         def get_variables_if_newer(self, names, version):
             self._version = max(self._version, int(version)) + 1
             self._pulls += 1
-            return self._version, {name: self._weights for name in names}
+            return self.get_variables(names)
 
         def stats(self):
             info = self._client.server_info()
@@ -193,7 +197,7 @@ def measure_actors(args, builder, spec, log):
     import ray
 
     from rlplat.distributed import cluster, process, seeding, workers
-    from rlplat.runners import RayLayoutConfig
+    from rlplat.runners import EnvironmentFactory, RayLayoutConfig
 
     # The Ray-side classes call the CPU-accounting helpers; ship them by value
     # (workers need not find bench/ on their path).
@@ -207,7 +211,7 @@ def measure_actors(args, builder, spec, log):
     actor_cls = workers.remote(TimedActorWorker, num_cpus=0, max_restarts=0,
                                runtime_env=process.runtime_env("actor"))
     raw_cls = workers.remote(RawStepper, num_cpus=0, runtime_env=process.runtime_env("actor"))
-    actors = [actor_cls.remote(builder, args.env, {}, i, seeding.actor_seed(args.seed, i), name, None,
+    actors = [actor_cls.remote(builder, EnvironmentFactory(args.env), i, seeding.actor_seed(args.seed, i), name, None,
                                envs_per_actor=args.envs_per_actor)
               for i in range(2)]
     raws = [raw_cls.remote(args.env, seeding.actor_seed(args.seed, 100 + i)) for i in range(2)]
