@@ -196,7 +196,8 @@ def actor_classes():
 def measure_actors(args, builder, spec, log):
     import ray
 
-    from rlplat.distributed import cluster, process, seeding, workers
+    from rlplat import seeding
+    from rlplat.distributed import cluster, process, workers
     from rlplat.runners import EnvironmentFactory, RayLayoutConfig
 
     # The Ray-side classes call the CPU-accounting helpers; ship them by value

@@ -185,7 +185,8 @@ def measure_actors(args, builder, spec, log):
     import ray
     from ray import cloudpickle
 
-    from rlplat.distributed import cluster, process, seeding, workers
+    from rlplat import seeding
+    from rlplat.distributed import cluster, process, workers
     from rlplat.runners import EnvironmentFactory, RayLayoutConfig
 
     # The Ray-side classes call the CPU-accounting helpers; ship them by value

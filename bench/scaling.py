@@ -61,7 +61,8 @@ def measure(args, log) -> Dict[str, Any]:
     from rlplat_agents.d4pg.config import D4PGConfig
     from rlplat_envs import make_environment
     from rlplat import specs
-    from rlplat.distributed import cluster, process, seeding, workers
+    from rlplat import seeding
+    from rlplat.distributed import cluster, process, workers
     from rlplat.runners import EnvironmentFactory, Experiment, RayLayoutConfig, run_on_ray
 
     builder = D4PGBuilder(config=D4PGConfig())

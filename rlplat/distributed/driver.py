@@ -30,7 +30,7 @@ from rlplat.distributed import counters
 from rlplat.distributed import driver_records
 from rlplat.distributed import errors
 from rlplat.distributed import progress
-from rlplat.distributed import seeding
+from rlplat import seeding
 from rlplat.distributed.driver_loop import ControlLoop
 from rlplat.distributed.errors import RunFailedError, RunInterrupted
 from rlplat.distributed.layout_config import RayLayoutConfig

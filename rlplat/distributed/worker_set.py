@@ -21,7 +21,7 @@ from rlplat.distributed import cluster
 from rlplat.distributed import placement
 from rlplat.distributed import process
 from rlplat.distributed import resources
-from rlplat.distributed import seeding
+from rlplat import seeding
 from rlplat.distributed import shared_host
 from rlplat.distributed import workers
 from rlplat.distributed.actor_slots import ActorSlot, RestartBudget

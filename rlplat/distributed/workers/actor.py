@@ -8,7 +8,7 @@ from typing import Any, Dict, Optional
 
 from rlplat import replay_shards
 from rlplat.distributed import process
-from rlplat.distributed import seeding
+from rlplat import seeding
 from rlplat.distributed.variables import RemoteVariableSource
 from rlplat.distributed.workers import common
 
