@@ -69,7 +69,6 @@ from bench import seeds as seeds_lib  # noqa: E402
 
 ACTOR_EFFICIENCY_BAR = 0.4
 ACTOR_EFFICIENCY_AIM = 0.6
-ACME_STYLE_EFFICIENCY = 0.25  # TF policy, one n-step item per step, measured on this box earlier
 LEARNER_FEED_TARGET = 0.9
 
 
@@ -656,8 +655,7 @@ def _targets(report):
             eff = res["efficiency"]
             targets[f"actor_efficiency_{k}"] = {"value": round(eff, 4), "bar": ACTOR_EFFICIENCY_BAR,
                                                 "aim": ACTOR_EFFICIENCY_AIM, "meets_bar": eff >= ACTOR_EFFICIENCY_BAR,
-                                                "meets_aim": eff >= ACTOR_EFFICIENCY_AIM,
-                                                "acme_style_reference": ACME_STYLE_EFFICIENCY}
+                                                "meets_aim": eff >= ACTOR_EFFICIENCY_AIM}
             if eff < ACTOR_EFFICIENCY_AIM:
                 where[f"actor_{k}"] = _where_actor(res)
     if "learner" in report:
@@ -754,7 +752,6 @@ def _plot(report, path):
         ax_eff.bar_label(bars, fmt="%.3f")
         ax_eff.axhline(ACTOR_EFFICIENCY_BAR, color="tab:red", ls="--", lw=1, label="bar 0.4")
         ax_eff.axhline(ACTOR_EFFICIENCY_AIM, color="tab:green", ls="--", lw=1, label="aim 0.6")
-        ax_eff.axhline(ACME_STYLE_EFFICIENCY, color="gray", ls=":", lw=1, label="Acme-style ~0.25")
         ax_eff.set_ylim(0, 1.05)
         ax_eff.set_ylabel("env steps per actor CPU-s / raw steps per CPU-s")
         ax_eff.set_title("Actor efficiency (median of rounds; range)", fontsize=10)

@@ -56,7 +56,6 @@ from bench import cpu_accounting as accounting  # noqa: E402
 from bench import seeds as seeds_lib  # noqa: E402
 
 SYSTEM_TARGET_FRAMES_PER_S = 5000.0
-REFERENCE_RAY_IMPALA_FRAMES_PER_S = 500.0  # the well-known Ray-based IMPALA, measured here earlier
 _median, _slope, _load = accounting.median, accounting.slope, accounting.load_average
 
 
@@ -576,8 +575,8 @@ def _print_summary(report):
     if sy:
         met = (sy["env_frames_per_s"] or 0) >= SYSTEM_TARGET_FRAMES_PER_S
         print(f"system (2 actors, learning on): {sy['env_frames_per_s']:.0f} env frames/s "
-              f"({'meets' if met else 'MISSES'} target {SYSTEM_TARGET_FRAMES_PER_S:.0f}; reference Ray IMPALA "
-              f"~{REFERENCE_RAY_IMPALA_FRAMES_PER_S:.0f}); learner {sy['learner_frames_per_s'] or float('nan'):.0f} "
+              f"({'meets' if met else 'MISSES'} target {SYSTEM_TARGET_FRAMES_PER_S:.0f}); "
+              f"learner {sy['learner_frames_per_s'] or float('nan'):.0f} "
               f"frames/s in the pipeline")
         cpu = (sy.get("cpu_in_window") or {}).get("cores_by_role")
         if cpu:
@@ -647,8 +646,6 @@ def _plot(report, path):
                           color=["tab:purple", "tab:orange"])
         ax_sys.bar_label(bars, fmt="%.0f")
         ax_sys.axhline(SYSTEM_TARGET_FRAMES_PER_S, color="tab:green", ls="--", lw=1, label="target 5,000")
-        ax_sys.axhline(REFERENCE_RAY_IMPALA_FRAMES_PER_S, color="tab:red", ls=":", lw=1,
-                       label="well-known Ray IMPALA here (~500)")
         ax_sys.set_ylim(0, 1.3 * max(sy["env_frames_per_s"] or 0, SYSTEM_TARGET_FRAMES_PER_S))
         ax_sys.set_ylabel("frames / s (steady window)")
         cpu = (sy.get("cpu_in_window") or {}).get("cores_by_role")
@@ -712,8 +709,7 @@ def main(argv=None):
         "machine": seeds_lib.machine(),  # the CPU model: figures depend on it
         "config": builder.config.to_dict(),
         "builder": {"steps_per_call": builder.steps_per_call, "replay_table": builder.replay_table},
-        "targets": {"system_env_frames_per_s": SYSTEM_TARGET_FRAMES_PER_S,
-                    "reference_ray_impala_frames_per_s": REFERENCE_RAY_IMPALA_FRAMES_PER_S},
+        "targets": {"system_env_frames_per_s": SYSTEM_TARGET_FRAMES_PER_S},
         "load_average": {"start": _load()},
         "seconds": {},
     }
