@@ -69,7 +69,6 @@ from bench import seeds as seeds_lib  # noqa: E402
 
 ACTOR_EFFICIENCY_BAR = 0.4
 ACTOR_EFFICIENCY_AIM = 0.6
-ACME_STYLE_EFFICIENCY = 0.25  # TF policy, one n-step item per step, measured on this box earlier
 LEARNER_FEED_TARGET = 0.9
 
 
@@ -80,8 +79,9 @@ def actor_classes():
 
     from rlplat.distributed import process
     from rlplat.distributed import workers
+    from rlplat.distributed.learner_service import WeightServer
 
-    class StandInLearner:
+    class StandInLearner(WeightServer):
         """What actors see of a learner: the replay address and ever-newer policy weights.
 
         Hosts the Reverb server (builder's table, MinSize limiter so inserts never wait).
@@ -128,10 +128,13 @@ def actor_classes():
         def replay_address(self):
             return self._address
 
+        def get_variables(self, names):
+            return self._version, {name: self._weights for name in names}
+
         def get_variables_if_newer(self, names, version):
             self._version = max(self._version, int(version)) + 1
             self._pulls += 1
-            return self._version, {name: self._weights for name in names}
+            return self.get_variables(names)
 
         def stats(self):
             info = self._client.server_info()
@@ -192,8 +195,9 @@ def actor_classes():
 def measure_actors(args, builder, spec, log):
     import ray
 
-    from rlplat.distributed import cluster, process, seeding, workers
-    from rlplat.runners import RayLayoutConfig
+    from rlplat import seeding
+    from rlplat.distributed import cluster, process, workers
+    from rlplat.runners import EnvironmentFactory, RayLayoutConfig
 
     # The Ray-side classes call the CPU-accounting helpers; ship them by value
     # (workers need not find bench/ on their path).
@@ -207,7 +211,7 @@ def measure_actors(args, builder, spec, log):
     actor_cls = workers.remote(TimedActorWorker, num_cpus=0, max_restarts=0,
                                runtime_env=process.runtime_env("actor"))
     raw_cls = workers.remote(RawStepper, num_cpus=0, runtime_env=process.runtime_env("actor"))
-    actors = [actor_cls.remote(builder, args.env, {}, i, seeding.actor_seed(args.seed, i), name, None,
+    actors = [actor_cls.remote(builder, EnvironmentFactory(args.env), i, seeding.actor_seed(args.seed, i), name, None,
                                envs_per_actor=args.envs_per_actor)
               for i in range(2)]
     raws = [raw_cls.remote(args.env, seeding.actor_seed(args.seed, 100 + i)) for i in range(2)]
@@ -651,8 +655,7 @@ def _targets(report):
             eff = res["efficiency"]
             targets[f"actor_efficiency_{k}"] = {"value": round(eff, 4), "bar": ACTOR_EFFICIENCY_BAR,
                                                 "aim": ACTOR_EFFICIENCY_AIM, "meets_bar": eff >= ACTOR_EFFICIENCY_BAR,
-                                                "meets_aim": eff >= ACTOR_EFFICIENCY_AIM,
-                                                "acme_style_reference": ACME_STYLE_EFFICIENCY}
+                                                "meets_aim": eff >= ACTOR_EFFICIENCY_AIM}
             if eff < ACTOR_EFFICIENCY_AIM:
                 where[f"actor_{k}"] = _where_actor(res)
     if "learner" in report:
@@ -749,7 +752,6 @@ def _plot(report, path):
         ax_eff.bar_label(bars, fmt="%.3f")
         ax_eff.axhline(ACTOR_EFFICIENCY_BAR, color="tab:red", ls="--", lw=1, label="bar 0.4")
         ax_eff.axhline(ACTOR_EFFICIENCY_AIM, color="tab:green", ls="--", lw=1, label="aim 0.6")
-        ax_eff.axhline(ACME_STYLE_EFFICIENCY, color="gray", ls=":", lw=1, label="Acme-style ~0.25")
         ax_eff.set_ylim(0, 1.05)
         ax_eff.set_ylabel("env steps per actor CPU-s / raw steps per CPU-s")
         ax_eff.set_title("Actor efficiency (median of rounds; range)", fontsize=10)

@@ -56,7 +56,6 @@ from bench import cpu_accounting as accounting  # noqa: E402
 from bench import seeds as seeds_lib  # noqa: E402
 
 SYSTEM_TARGET_FRAMES_PER_S = 5000.0
-REFERENCE_RAY_IMPALA_FRAMES_PER_S = 500.0  # the well-known Ray-based IMPALA, measured here earlier
 _median, _slope, _load = accounting.median, accounting.slope, accounting.load_average
 
 
@@ -67,8 +66,9 @@ def _actor_classes():
 
     from rlplat.distributed import process
     from rlplat.distributed import workers
+    from rlplat.distributed.learner_service import WeightServer
 
-    class StandInLearner:
+    class StandInLearner(WeightServer):
         """Hosts the builder's queue, drains it like the learner, serves ever-newer weights."""
 
         def __init__(self, builder, environment_spec, num_actors):
@@ -105,10 +105,16 @@ def _actor_classes():
         def replay_address(self):
             return self._address
 
+        def get_variables(self, names):
+            return self._version, {name: self._weights for name in names}
+
         def get_variables_if_newer(self, names, version):
             self._version = max(self._version, int(version)) + 1
             self._pulls += 1
-            return self._version, {name: self._weights for name in names}
+            return self.get_variables(names)
+
+        def shared_weights_info(self):
+            return None  # every pull goes over Ray
 
         def stats(self):
             info = self._client.server_info()
@@ -178,8 +184,9 @@ def measure_actors(args, builder, spec, log):
     import ray
     from ray import cloudpickle
 
-    from rlplat.distributed import cluster, process, seeding, workers
-    from rlplat.runners import RayLayoutConfig
+    from rlplat import seeding
+    from rlplat.distributed import cluster, process, workers
+    from rlplat.runners import EnvironmentFactory, RayLayoutConfig
 
     # The Ray-side classes call the CPU-accounting helpers; ship them by value
     # (workers need not find bench/ on their path).
@@ -193,7 +200,7 @@ def measure_actors(args, builder, spec, log):
     actor_cls = workers.remote(TimedActorWorker, num_cpus=0, max_restarts=0,
                                runtime_env=process.runtime_env("actor"))
     raw_cls = workers.remote(RawStepper, num_cpus=0, runtime_env=process.runtime_env("actor"))
-    actors = [actor_cls.remote(builder, args.env, {}, i, seeding.actor_seed(args.seed, i), name, None,
+    actors = [actor_cls.remote(builder, EnvironmentFactory(args.env), i, seeding.actor_seed(args.seed, i), name, None,
                                envs_per_actor=args.envs_per_actor)
               for i in range(2)]
     raws = [raw_cls.remote(args.env, seeding.actor_seed(args.seed, 100 + i)) for i in range(2)]
@@ -568,8 +575,8 @@ def _print_summary(report):
     if sy:
         met = (sy["env_frames_per_s"] or 0) >= SYSTEM_TARGET_FRAMES_PER_S
         print(f"system (2 actors, learning on): {sy['env_frames_per_s']:.0f} env frames/s "
-              f"({'meets' if met else 'MISSES'} target {SYSTEM_TARGET_FRAMES_PER_S:.0f}; reference Ray IMPALA "
-              f"~{REFERENCE_RAY_IMPALA_FRAMES_PER_S:.0f}); learner {sy['learner_frames_per_s'] or float('nan'):.0f} "
+              f"({'meets' if met else 'MISSES'} target {SYSTEM_TARGET_FRAMES_PER_S:.0f}); "
+              f"learner {sy['learner_frames_per_s'] or float('nan'):.0f} "
               f"frames/s in the pipeline")
         cpu = (sy.get("cpu_in_window") or {}).get("cores_by_role")
         if cpu:
@@ -639,8 +646,6 @@ def _plot(report, path):
                           color=["tab:purple", "tab:orange"])
         ax_sys.bar_label(bars, fmt="%.0f")
         ax_sys.axhline(SYSTEM_TARGET_FRAMES_PER_S, color="tab:green", ls="--", lw=1, label="target 5,000")
-        ax_sys.axhline(REFERENCE_RAY_IMPALA_FRAMES_PER_S, color="tab:red", ls=":", lw=1,
-                       label="well-known Ray IMPALA here (~500)")
         ax_sys.set_ylim(0, 1.3 * max(sy["env_frames_per_s"] or 0, SYSTEM_TARGET_FRAMES_PER_S))
         ax_sys.set_ylabel("frames / s (steady window)")
         cpu = (sy.get("cpu_in_window") or {}).get("cores_by_role")
@@ -704,8 +709,7 @@ def main(argv=None):
         "machine": seeds_lib.machine(),  # the CPU model: figures depend on it
         "config": builder.config.to_dict(),
         "builder": {"steps_per_call": builder.steps_per_call, "replay_table": builder.replay_table},
-        "targets": {"system_env_frames_per_s": SYSTEM_TARGET_FRAMES_PER_S,
-                    "reference_ray_impala_frames_per_s": REFERENCE_RAY_IMPALA_FRAMES_PER_S},
+        "targets": {"system_env_frames_per_s": SYSTEM_TARGET_FRAMES_PER_S},
         "load_average": {"start": _load()},
         "seconds": {},
     }

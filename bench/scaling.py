@@ -61,8 +61,9 @@ def measure(args, log) -> Dict[str, Any]:
     from rlplat_agents.d4pg.config import D4PGConfig
     from rlplat_envs import make_environment
     from rlplat import specs
-    from rlplat.distributed import cluster, process, seeding, workers
-    from rlplat.runners import Experiment, RayLayoutConfig, run_on_ray
+    from rlplat import seeding
+    from rlplat.distributed import cluster, process, workers
+    from rlplat.runners import EnvironmentFactory, Experiment, RayLayoutConfig, run_on_ray
 
     builder = D4PGBuilder(config=D4PGConfig())
     with make_environment(args.env, seed=0) as env:
@@ -75,7 +76,7 @@ def measure(args, log) -> Dict[str, Any]:
     learner = workers.remote(StandInLearner, num_cpus=0, max_concurrency=8, name=name,
                              runtime_env=process.runtime_env("learner")).remote(builder, spec, max(ACTOR_COUNTS))
     actor_cls = workers.remote(ActorWorker, num_cpus=0, max_restarts=0, runtime_env=process.runtime_env("actor"))
-    actors = [actor_cls.remote(builder, args.env, {}, i, seeding.actor_seed(0, i), name, None)
+    actors = [actor_cls.remote(builder, EnvironmentFactory(args.env), i, seeding.actor_seed(0, i), name, None)
               for i in range(max(ACTOR_COUNTS))]
     ray.get([a.info.remote() for a in actors], timeout=600)
     ray.get([a.run_steps.remote(chunk) for a in actors], timeout=600)  # warm-up

@@ -27,8 +27,9 @@ InputFn = Callable[["tf.distribute.InputContext"], "tf.data.Dataset"]
 # An offline data set in host memory: named arrays sharing their leading axis
 # (one row per example), e.g. {"observation": [N, O], "action": [N, A]}.
 OfflineDataset = Mapping[str, np.ndarray]
-# seed -> a fresh environment, as the layouts take it (``run_local``, ``run_offline``).
-EnvironmentFactory = Callable[[int], dm_env.Environment]
+# seed -> a fresh environment: what an agent may call to make one (``experiment.EnvironmentFactory``
+# is the picklable, named kind every runner passes).
+MakeEnvironment = Callable[[int], dm_env.Environment]
 
 
 class Adder(Protocol):
@@ -189,7 +190,7 @@ class OfflineBuilder(abc.ABC):
     """
 
     @abc.abstractmethod
-    def make_dataset(self, environment_factory: EnvironmentFactory, seed: int) -> OfflineDataset:
+    def make_dataset(self, environment_factory: MakeEnvironment, seed: int) -> OfflineDataset:
         """The data set, in host memory (it may need the environment, e.g. to roll out a teacher)."""
 
     @abc.abstractmethod

@@ -119,7 +119,7 @@ def record_episodes(environment: Any, actor: core.Actor, num_episodes: int, acti
 
 
 def run_offline(builder: core.OfflineBuilder,
-                environment_factory: core.EnvironmentFactory,
+                environment_factory: core.MakeEnvironment,
                 num_learner_steps: int,
                 eval_every: Optional[int] = None,
                 eval_episodes: int = 5,

@@ -7,17 +7,8 @@
 # tests on one worker (--dist loadscope: module fixtures such as a training run
 # or a cluster are built once); 0 runs them in this process. The
 # default is 2 where the machine has 2 or more cores, else 0: one process leaves
-# ~40% of 2 cores idle (Ray start-up waits, polls, timeouts under test).
-# Measured on 2 cores (AMD EPYC with AVX-512, fresh clones of .ci/run, one run
-# each, 2026-11-26): 1069-1256 s in one process; on two workers 964 s while
-# --dist loadgroup was silently not grouping (module fixtures built twice),
-# then 885 s with loadscope (one 141 s stall: a learner's replay iterator freed
-# by a later test, see tests/conftest.py), 803 s once each module stops its
-# Reverb servers, 870 s at the next commit (one 73 s stall left, in a
-# teardown). Two workers were held back once because the BC learning test
-# failed on them; BC now records noised teacher rollouts (agents/bc/README.md):
-# bench/bc_rollout_noise.py had 0 of 18 students below the bar with them, 1 of
-# 18 without.
+# a core idle while tests wait on Ray start-up, polls and timeouts (the
+# measurements are in docs/testing.md).
 # Under xdist the modules go out longest first (seconds recorded in
 # tests/module_seconds.json; tests/scheduling.py); xdist's own order (most
 # tests first) left the one-test learning modules for last, one worker idle.

@@ -9,7 +9,7 @@ from rlplat_agents.bc.config import BCConfig
 from rlplat import core, evaluation, offline, specs  # none of them imports TensorFlow
 
 
-def teacher_rollouts(config: BCConfig, environment_factory: core.EnvironmentFactory,
+def teacher_rollouts(config: BCConfig, environment_factory: core.MakeEnvironment,
                      seed: int) -> Tuple[core.OfflineDataset, List[float]]:
     """``teacher_episodes`` teacher episodes, noised (``rollout_noise``): (observation, greedy action) rows, returns.
 
@@ -33,7 +33,7 @@ class BCBuilder(core.OfflineBuilder):
 
     config: BCConfig
 
-    def make_dataset(self, environment_factory: core.EnvironmentFactory, seed: int) -> core.OfflineDataset:
+    def make_dataset(self, environment_factory: core.MakeEnvironment, seed: int) -> core.OfflineDataset:
         return teacher_rollouts(self.config, environment_factory, seed)[0]
 
     def make_input_fn(self, dataset: core.OfflineDataset, seed: int) -> core.InputFn:

@@ -51,14 +51,12 @@ class D4PGConfig:
       torso_init: ``"fan_out"`` (uniform variance scaling 1/3 over fan-out,
         as the reference layer-norm MLP) or ``"fan_in"``; see
         ``agents.d4pg.networks``.
-      variable_update_period: actor steps between weight pulls. 10 (Acme's
-        distributed D4PG: 1000): on cartpole:swingup with 2 actors, 3 seeds
-        reached 800 at a median of 95k env steps against 125k with 1000;
-        with actors on the learner's host reading weights from shared memory
-        it costs no env steps/s there (``bench/d4pg_pull_rate.py``: 1.02 of
-        pulls every 1000 over Ray). A remote actor's pull moves the policy's
-        weights over the network when the learner has a newer version, so
-        with many remote actors raise it (see clusters/README.md).
+      variable_update_period: actor steps between weight pulls. Small,
+        because acting on stale weights costs env steps to a good policy,
+        and actors on the learner's host read new versions from shared
+        memory at no cost (agents/d4pg/README.md, "Tuning notes"). A
+        remote actor's pull moves the weights over the network, so with many
+        remote actors raise it (clusters/README.md).
     """
 
     n_step: int = 5

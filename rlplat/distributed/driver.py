@@ -30,7 +30,7 @@ from rlplat.distributed import counters
 from rlplat.distributed import driver_records
 from rlplat.distributed import errors
 from rlplat.distributed import progress
-from rlplat.distributed import seeding
+from rlplat import seeding
 from rlplat.distributed.driver_loop import ControlLoop
 from rlplat.distributed.errors import RunFailedError, RunInterrupted
 from rlplat.distributed.layout_config import RayLayoutConfig
@@ -40,8 +40,8 @@ from rlplat.experiment import Experiment, RunResult
 
 # After SIGINT/SIGTERM the learner gets up to _SIGNAL_STOP_TIMEOUT_S to reach
 # a step boundary and the checkpoint what is left of _SIGNAL_BUDGET_S (at
-# least _SIGNAL_MIN_SAVE_S): with teardown (3-9 s measured on 2 busy cores)
-# that stays under the ~30 s after which process managers send SIGKILL.
+# least _SIGNAL_MIN_SAVE_S): with teardown that stays under the ~30 s after
+# which process managers send SIGKILL (README: RAY_JOB_STOP_WAIT_TIME_S).
 _SIGNAL_STOP_TIMEOUT_S = 15.0
 _SIGNAL_BUDGET_S = 20.0
 _SIGNAL_MIN_SAVE_S = 5.0

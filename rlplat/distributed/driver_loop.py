@@ -392,9 +392,9 @@ class ControlLoop(ActorCare):
             # is then the stop path's business, with its own budget.
             self.calls.check_signal()
         # Silence alone is not death: on an overloaded machine the server's
-        # gRPC threads can miss 12 s of probes (a bench run beside the test
-        # suite lost its learner so). Ray knows whether the hosting process is
-        # gone; one that is alive but stuck is the stall timeouts' business.
+        # gRPC threads can miss several probes in a row. Ray knows whether the
+        # hosting process is gone; one that is alive but stuck is the stall
+        # timeouts' business.
         if not self._replay_host_dead():
             self.replay_probe_misses += 1
             return

@@ -54,7 +54,7 @@ import os
 import socket
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import ray
@@ -62,6 +62,7 @@ import ray
 from rlplat.distributed import errors
 from rlplat.distributed import process
 from rlplat.distributed import workers
+from rlplat.distributed.learner_service import LearnerService
 
 # gRPC honours proxy variables even for cluster-internal addresses.
 _NO_PROXY_VARS = ("no_grpc_proxy", "no_proxy", "NO_PROXY")
@@ -125,7 +126,7 @@ class GroupLearnerWorker(workers.LearnerWorker):
         return self._learner.num_steps, out
 
 
-class LearnerGroup:
+class LearnerGroup(LearnerService):
     """W learner processes under MultiWorkerMirroredStrategy, seen as one learner.
 
     Plain Python: use it in the driver process, or make it a threaded Ray
@@ -187,34 +188,31 @@ class LearnerGroup:
             self.members.append(workers.remote(GroupLearnerWorker, **options, **extra, **named).remote())
         try:
             deadline = time.monotonic() + build_timeout_s
-            addresses = self._all("address", timeout_s=build_timeout_s, what="start")
+            addresses = self._all(lambda i, m: m.address.remote(), timeout_s=build_timeout_s, what="start")
             configs = make_tf_configs(addresses)
             kwargs = dict(restore_step=restore_step, threads=tuple(threads), use_gpus=use_gpus,
                           max_checkpoints_to_keep=max_checkpoints_to_keep,
                           collective_timeout_s=collective_timeout_s,
                           replay_checkpoint=replay_checkpoint)
             self._ready = self._all(
-                "build", per_member=[(c, builder, environment_spec, 1, replay_address, logdir)
-                                     for c in configs],
-                kwargs=kwargs, timeout_s=max(1.0, deadline - time.monotonic()), what="build")
+                lambda i, m: m.build.remote(configs[i], builder, environment_spec, 1, replay_address,
+                                            logdir, **kwargs),
+                timeout_s=max(1.0, deadline - time.monotonic()), what="build")
         except BaseException:
             self.shutdown()
             raise
         self.addresses = addresses
 
     # ------------------------------------------------------------ members
-    def _all(self, method: str, *args, per_member=None, kwargs=None, timeout_s: float,
-             what: str) -> List[Any]:
-        """Calls ``method`` on every member; returns results in member order.
+    def _all(self, send: Callable[[int, Any], Any], *, timeout_s: float, what: str) -> List[Any]:
+        """``send(index, member)`` (a ``.remote`` call) to every member; the results in member order.
 
         The first failure kills every member and raises ``LearnerGroupError``
         without waiting for the rest (they may be stuck in a collective).
         """
         if self._failed:
             raise LearnerGroupError(self._failed)
-        kwargs = kwargs or {}
-        refs = [getattr(m, method).remote(*(per_member[i] if per_member else args), **kwargs)
-                for i, m in enumerate(self.members)]
+        refs = [send(i, m) for i, m in enumerate(self.members)]
         index_of = {ref: i for i, ref in enumerate(refs)}
         results: List[Any] = [None] * len(refs)
         waiting = list(refs)
@@ -273,8 +271,8 @@ class LearnerGroup:
                 return {"learner_steps": self._ready[0]["learner_steps"], "steps": 0,
                         "seconds": 0.0, "steps_per_second": 0.0}
             with self._round_lock:
-                results = self._all("train", int(num_steps), timeout_s=self._train_timeout_s,
-                                    what="train")
+                results = self._all(lambda i, m: m.train.remote(int(num_steps)),
+                                    timeout_s=self._train_timeout_s, what="train")
             steps = {int(r["learner_steps"]) for r in results}
             if len(steps) != 1:
                 self._fail(f"learner group members disagree on the step ({sorted(steps)}); "
@@ -288,24 +286,32 @@ class LearnerGroup:
 
     def get_variables(self, names: Sequence[str]):
         """The chief's ``get_variables``."""
-        return self._chief_call("get_variables", list(names))
+        return self._chief(self.members[0].get_variables.remote(list(names)), "get_variables")
 
     def get_variables_if_newer(self, names: Sequence[str], version: int):
         """The chief's ``get_variables_if_newer`` (every member holds the same weights)."""
-        return self._chief_call("get_variables_if_newer", list(names), version)
+        return self._chief(self.members[0].get_variables_if_newer.remote(list(names), version),
+                           "get_variables_if_newer")
 
     def make_evaluation_actor(self, seed: int):
         """The chief's ``make_evaluation_actor``."""
-        return self._chief_call("make_evaluation_actor", int(seed))
+        return self._chief(self.members[0].make_evaluation_actor.remote(int(seed)), "make_evaluation_actor")
 
     def replay_counts(self, timeout_s: float):
         """The chief's ``replay_counts``."""
-        return self._chief_call("replay_counts", float(timeout_s))
+        return self._chief(self.members[0].replay_counts.remote(float(timeout_s)), "replay_counts")
 
-    def _chief_call(self, method: str, *args):
+    def shared_weights_info(self) -> None:
+        """None: a group serves weights over Ray only."""
+        return None
+
+    def release_shared_weights(self) -> None:
+        """Nothing to release: a group publishes no shared-memory weights."""
+
+    def _chief(self, ref, method: str):
+        """The chief's answer to ``ref`` (a call of ``method``)."""
         if self._failed:
             raise LearnerGroupError(self._failed)
-        ref = getattr(self.members[0], method).remote(*args)
         try:
             return ray.get(ref, timeout=self._call_timeout_s)
         except ray.exceptions.GetTimeoutError as e:
@@ -322,8 +328,8 @@ class LearnerGroup:
             raise TimeoutError(f"learner group train call did not finish within {timeout_s:g}s; "
                                "checkpoint skipped")
         try:
-            results = self._all("save_checkpoint", timeout_s, timeout_s=timeout_s + self._call_timeout_s,
-                                what="checkpoint")
+            results = self._all(lambda i, m: m.save_checkpoint.remote(timeout_s),
+                                timeout_s=timeout_s + self._call_timeout_s, what="checkpoint")
         finally:
             self._round_lock.release()
         if len({r["step"] for r in results}) != 1 or any(r["path"] for r in results[1:]):
@@ -332,7 +338,7 @@ class LearnerGroup:
 
     def member_states(self) -> List[Tuple[int, Dict[str, List[np.ndarray]]]]:
         """Every member's ``state()`` (step and all checkpointed variables)."""
-        return self._all("state", timeout_s=self._call_timeout_s, what="state")
+        return self._all(lambda i, m: m.state.remote(), timeout_s=self._call_timeout_s, what="state")
 
     def stop_replay(self) -> None:
         """Nothing to stop: a group never hosts replay."""

@@ -40,8 +40,8 @@ class RemoteVariableSource(core.VariableSource):
     """``get_variables`` through ``handle.get_variables_if_newer.remote(...)``.
 
     Args:
-      handle: a Ray actor handle of a ``LearnerWorker`` (anything with
-        ``get_variables_if_newer(names, version) -> None | (version, weights)``),
+      handle: a Ray actor handle of a ``learner_service.WeightServer`` (a
+        ``LearnerWorker``, a ``LearnerGroup`` or a bench's stand-in),
         or the learner actor's NAME. Workers that Ray may restart get the name:
         a handle passed as a constructor argument is kept in the object store
         and Ray cannot promise it is still there at restart time.
@@ -79,7 +79,8 @@ class RemoteVariableSource(core.VariableSource):
             try:
                 fresh = self._shared.read_if_newer(self._cache[key][0])
             except TimeoutError:
-                fresh = self.call("get_variables_if_newer", list(names), self._cache[key][0])
+                fresh = self._wait(self._handle.get_variables_if_newer.remote(list(names), self._cache[key][0]),
+                                   "get_variables_if_newer")
             if fresh is not None:
                 fresh = (fresh[0], {"policy": fresh[1]})
             self.num_shared_reads += 1
@@ -89,7 +90,8 @@ class RemoteVariableSource(core.VariableSource):
             self._attach()
         if not self._prefetch or key not in self._cache:
             held_version = self._cache[key][0] if key in self._cache else -1
-            self._adopt(key, self.call("get_variables_if_newer", list(names), held_version))
+            self._adopt(key, self._wait(self._handle.get_variables_if_newer.remote(list(names), held_version),
+                                        "get_variables_if_newer"))
             return self._cache[key]
         if key in self._in_flight:
             ref, sent = self._in_flight[key]
@@ -109,7 +111,7 @@ class RemoteVariableSource(core.VariableSource):
 
         self._want_shared = False
         try:
-            info = self.call("shared_weights_info")
+            info = self._wait(self._handle.shared_weights_info.remote(), "shared_weights_info")
         except (AttributeError, LearnerUnavailableError, ray.exceptions.RayError):
             return  # a learner without it (e.g. a learner group): keep pulling over Ray
         self._shared = SharedWeightsReader.attach(info)
@@ -119,9 +121,16 @@ class RemoteVariableSource(core.VariableSource):
             self._cache[key] = fresh
             self.num_pulls += 1
 
-    def call(self, method: str, *args):
-        """``handle.<method>(*args)``, waited for at most ``timeout_s``."""
-        ref = getattr(self._handle, method).remote(*args)
+    def replay_address(self) -> str:
+        """The learner's ``replay_address()``."""
+        return self._wait(self._handle.replay_address.remote(), "replay_address")
+
+    def make_evaluation_actor(self, seed: int):
+        """The learner's ``make_evaluation_actor(seed)``."""
+        return self._wait(self._handle.make_evaluation_actor.remote(int(seed)), "make_evaluation_actor")
+
+    def _wait(self, ref, method: str):
+        """The answer to ``ref`` (a call of ``method``), waited for at most ``timeout_s``."""
         timeout_s = self._timeout_s if self._answered else self._first_timeout_s
         return self._get(ref, timeout_s, method)
 

@@ -21,7 +21,7 @@ from rlplat.distributed import cluster
 from rlplat.distributed import placement
 from rlplat.distributed import process
 from rlplat.distributed import resources
-from rlplat.distributed import seeding
+from rlplat import seeding
 from rlplat.distributed import shared_host
 from rlplat.distributed import workers
 from rlplat.distributed.actor_slots import ActorSlot, RestartBudget
@@ -159,7 +159,7 @@ class WorkerSet:
         self.evaluator = workers.remote(
             workers.Evaluator, num_cpus=plan.evaluator_cpus, max_restarts=1, max_task_retries=0,
             runtime_env=process.runtime_env("evaluator"),
-        ).remote(exp.builder, exp.environment.name, dict(exp.environment.kwargs),
+        ).remote(exp.builder, exp.environment,
                  seeding.role_seed(exp.seed, "evaluator"), self.learner_name,
                  weights_timeout_s=layout.weights_timeout_s, startup_timeout_s=layout.startup_timeout_s,
                  video=exp.video_every_evals > 0)
@@ -210,7 +210,7 @@ class WorkerSet:
     def spawn_actor(self, index: int, incarnation: int = 0):
         """A new ``ActorWorker`` for actor ``index``; ``incarnation`` > 0 replaces a failed one."""
         exp, layout = self.experiment, self.layout
-        return self._actor_cls.remote(exp.builder, exp.environment.name, dict(exp.environment.kwargs), index,
+        return self._actor_cls.remote(exp.builder, exp.environment, index,
                                       seeding.actor_seed(exp.seed, index), self.learner_name, None,
                                       weights_timeout_s=layout.weights_timeout_s,
                                       startup_timeout_s=layout.startup_timeout_s,

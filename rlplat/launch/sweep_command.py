@@ -16,7 +16,7 @@ overrides, final and best eval return, env steps to ``--target-eval-return``)
 and ``curves.png`` (mean and min-max band per config, as ``rlplat plot``)
 are written into the sweep directory.
 
-Built on Ray Tune (``rlplat.distributed.sweep``): it brings trial
+Built on Ray Tune (``rlplat.runners.sweep``): it brings trial
 scheduling, concurrency limits and failure reports. Tune's search
 algorithms and early-stopping schedulers are not used: a trial reports once,
 at its end, because each trial is a whole distributed run with its own
@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
 def _run(args, module, sweep_dir: str, prepared, trial_cpus: float) -> int:
     from rlplat.launch import rl_run  # pylint: disable=g-import-not-at-top
     from rlplat.distributed import cluster  # pylint: disable=g-import-not-at-top
-    from rlplat.distributed import sweep  # pylint: disable=g-import-not-at-top
+    from rlplat.runners import sweep  # pylint: disable=g-import-not-at-top
     from rlplat.distributed.layout_config import RayLayoutConfig  # pylint: disable=g-import-not-at-top
 
     os.makedirs(sweep_dir, exist_ok=True)

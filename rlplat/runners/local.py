@@ -41,6 +41,7 @@ import numpy as np
 import reverb
 
 from rlplat import run_dir
+from rlplat import seeding
 from rlplat import specs as specs_lib
 from rlplat.controller import Controller
 from rlplat.distributed import counters  # no Ray: a JSON file beside the checkpoints
@@ -94,10 +95,6 @@ def _counts(client: reverb.Client, table: str):
     return int(info.insert_stats.completed), int(info.sample_stats.completed)
 
 
-def actor_seed(seed: int, index: int) -> int:
-    """Actor ``index``'s seed in a local run (the evaluator uses ``seed + 1``)."""
-    return seed if index == 0 else seed + 2 * index
-
 
 def run_local(experiment: Experiment, layout: Optional[LocalLayout] = None, *,
               stop_event: Optional[threading.Event] = None) -> RunResult:
@@ -116,6 +113,10 @@ def run_local(experiment: Experiment, layout: Optional[LocalLayout] = None, *,
     if not isinstance(experiment, Experiment):
         raise TypeError(f"run_local takes an Experiment (got {type(experiment).__name__})")
     layout = LocalLayout() if layout is None else layout
+    if not isinstance(layout, LocalLayout):
+        raise TypeError(f"run_local takes a LocalLayout (got {type(layout).__name__}): Ray's settings, such "
+                        "as envs_per_actor, have no meaning in one process; pass LocalLayout(...) or call "
+                        "run_on_ray")
     lock = None
     if experiment.logdir:
         run_dir.start_step(experiment.logdir, experiment.resume)  # refuse before making anything
@@ -182,8 +183,9 @@ class _LocalRun:
         exp = self.experiment
         builder = exp.builder
         for i in range(exp.num_actors):
-            self.environments.append(exp.environment(actor_seed(exp.seed, i)))
-        eval_environment = exp.environment(exp.seed + 1)
+            self.environments.append(exp.environment(seeding.actor_seed(exp.seed, i)))
+        eval_seed = seeding.role_seed(exp.seed, "evaluator")  # as on Ray
+        eval_environment = exp.environment(eval_seed)
         self.environments.append(eval_environment)
         spec = specs_lib.make_environment_spec(self.environments[0])
         tables, ratios = _non_blocking(builder.make_replay_tables(spec, exp.num_actors))
@@ -204,9 +206,9 @@ class _LocalRun:
             adder = builder.make_adder(address, spec)
             self.adders.append(adder)
             # In one process the learner itself is the actors' variable source.
-            actor = builder.make_actor(spec, self.learner, adder, i, actor_seed(exp.seed, i))
+            actor = builder.make_actor(spec, self.learner, adder, i, seeding.actor_seed(exp.seed, i))
             self.loops.append(EnvironmentLoop(self.environments[i], actor))
-        self.eval_actor = builder.make_actor(spec, self.learner, None, 0, exp.seed + 1, evaluation=True)
+        self.eval_actor = builder.make_actor(spec, self.learner, None, 0, eval_seed, evaluation=True)
         self.eval_loop = EnvironmentLoop(eval_environment, self.eval_actor)
 
     def _open_logdir(self) -> None:

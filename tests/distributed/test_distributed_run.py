@@ -31,7 +31,7 @@ from rlplat.distributed import counters
 from rlplat import runners
 from rlplat import run_dir
 from rlplat.distributed import errors
-from rlplat.distributed import seeding
+from rlplat import seeding
 from rlplat.replay.adders import NStepTransitionAdder
 from rlplat.utils import loggers
 

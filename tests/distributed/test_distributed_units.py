@@ -12,7 +12,7 @@ from rlplat.distributed import counters
 from rlplat import runners
 from rlplat.distributed import progress
 from rlplat.distributed import resources
-from rlplat.distributed import seeding
+from rlplat import seeding
 
 
 def test_connect_to_an_unreachable_address_fails_fast_with_the_fix():

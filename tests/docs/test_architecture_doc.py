@@ -114,7 +114,7 @@ def test_a_broken_rule_is_reported():
              "rlplat.distributed.driver": {"ray"}}
     assert violations(table, _rules_block()) == [
         "rlplat.launch.cli -> rlplat_agents.d4pg.config: rlplat must not import rlplat_agents",
-        "rlplat.replay.server -> ray: ray is imported only by rlplat.distributed, rlplat.clusters",
+        "rlplat.replay.server -> ray: ray is imported only by rlplat.distributed, rlplat.runners, rlplat.clusters",
         "rlplat_agents.gan.x -> rlplat_agents.impala.losses: "
         "rlplat_agents.<one> must not import rlplat_agents.<another>, "
         "except rlplat_agents.gan -> rlplat_agents.supervised.data, rlplat_agents.bc -> rlplat_agents.d4pg.networks, "

@@ -79,3 +79,13 @@ def test_experiment_refuses_bad_values_with_one_line():
         Experiment(BUILDER, "gym:Pendulum-v1", video_every_evals=1)
     with pytest.raises(TypeError, match="run_local takes an Experiment"):
         run_local(BUILDER)
+
+
+def test_run_local_refuses_ray_settings_instead_of_ignoring_them():
+    from rlplat.runners import RayLayoutConfig  # pylint: disable=g-import-not-at-top
+
+    experiment = Experiment(D4PGBuilder(D4PGConfig()), EnvironmentFactory("cartpole:swingup"), seed=0,
+                            max_actor_steps=100)
+    with pytest.raises(TypeError, match="run_local takes a LocalLayout .*envs_per_actor") as raised:
+        run_local(experiment, RayLayoutConfig(envs_per_actor=4))
+    assert "\n" not in str(raised.value)

@@ -1,4 +1,4 @@
-"""Per-role seeds from one global seed (no Ray, no TensorFlow).
+"""Per-role seeds from one global seed, for every runner (no Ray, no TensorFlow).
 
 Every process of a run derives its seed from ``(global seed, role, index)``
 through NumPy's ``SeedSequence``, which hashes the pieces together: seeds are
