@@ -9,7 +9,9 @@ process of the run is gone, the run directory is checked, and the run is
 resumed with ``rlplat train d4pg --resume --logdir RUN`` and the run's task and
 network flags, but not its budget, which the resume keeps from config.json. It passes when
 
-- every resume starts (it trains a learner step within ``--start-timeout`` s);
+- every resume starts: no life ends on its own with an error (a life killed
+  before its first learner step, when start-up is slower than
+  ``--start-timeout`` s, counts as a kill like any other);
 - the counters never go backwards: the newest checkpoint's (learner step,
   actor steps) never decreases from one kill to the next;
 - no checkpoint that the state file names is damaged (``run_dir.damaged_steps``),
@@ -154,9 +156,11 @@ def one_life(logdir: str, first: bool, max_actor_steps: int, seed: int, target: 
 
         while proc.poll() is None and run_dir.latest_step(logdir) is None:
             time.sleep(0.1)
-    if target is None or proc.poll() is not None or not life["started"]:
+    if target is None or proc.poll() is not None:
         life["exit_code"] = proc.wait(timeout=3600)
         return life
+    # A resume slower than start_timeout_s is still killed, as planned: left
+    # alone it would train to the budget and leave no kills for the others.
     deadline = time.monotonic() + rng.uniform(0.5, 6.0)
     save_deadline = time.monotonic() + 15.0
     while proc.poll() is None:
@@ -213,8 +217,9 @@ def torture(kills: int, max_actor_steps: int, seed: int, workdir: str, rng_seed:
             target = None if last else (targets[index] if targets else rng.choice(TARGETS))
             life = one_life(logdir, index == 0, max_actor_steps, seed, target, during_save=index % 2 == 1,
                             rng=rng, start_timeout_s=start_timeout_s, log=log)
-            if index > 0 and not life["started"] and life.get("exit_code") != 0:
-                problems.append(f"life {index}: the resume did not start (exit {life.get('exit_code')})")
+            if "killed" not in life and life.get("exit_code") != 0:  # it ended by itself, failing
+                problems.append(f"life {index}: the run failed on its own (exit {life.get('exit_code')}"
+                                f"{'' if life['started'] else ', before its first learner step'})")
             committed = _committed(logdir) if os.path.isdir(os.path.join(logdir, "checkpoints")) else {}
             life.update(committed=committed)
             if committed.get("damaged"):
@@ -244,6 +249,8 @@ def main(argv=None):
     parser.add_argument("--kills", type=int, default=50)
     parser.add_argument("--max-actor-steps", type=int, default=60_000)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--start-timeout", type=float, default=300.0,
+                        help="seconds a life may take to its first learner step before it is killed anyway")
     parser.add_argument("--reference-seeds", type=int, default=3,
                         help="uninterrupted runs of the same seed whose final evals give the spread")
     parser.add_argument("--eval-episodes", type=int, default=10)
@@ -251,7 +258,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     workdir = tempfile.mkdtemp(prefix=f"{BENCH}_")
     started = time.time()
-    record = torture(args.kills, args.max_actor_steps, args.seed, workdir)
+    record = torture(args.kills, args.max_actor_steps, args.seed, workdir, start_timeout_s=args.start_timeout)
     record["final_eval"] = final_eval(record["logdir"], 1000, args.eval_episodes)
     references = []
     for i in range(args.reference_seeds):  # the same run, never killed
