@@ -115,11 +115,17 @@ def _wait_gone(procs: List[Any], timeout_s: float) -> List[Any]:
     return psutil.wait_procs(alive, timeout=10)[1]
 
 
-def _learner_records(logdir: str) -> int:
+def _trained_since(logdir: str, since: float) -> bool:
+    """Whether a learner record was written after wall time ``since``.
+
+    By time, not by count: a resume first drops the records past its
+    checkpoint from metrics.jsonl, so the count can fall below what it was.
+    """
     from rlplat import run_dir  # pylint: disable=g-import-not-at-top
     from rlplat.utils import loggers  # pylint: disable=g-import-not-at-top
 
-    return len(loggers.read_jsonl(run_dir.metrics_path(logdir), "learner", warn=False))
+    records = loggers.read_jsonl(run_dir.metrics_path(logdir), "learner", warn=False)
+    return any(float(r.get("wall_time", 0.0)) > since for r in records)
 
 
 def _committed(logdir: str) -> Dict[str, Any]:
@@ -141,15 +147,15 @@ def one_life(logdir: str, first: bool, max_actor_steps: int, seed: int, target: 
     # config.json) but not its budget, which it must keep from config.json.
     args += [*RUN_FLAGS, "--seed", str(seed)] + (["--max-actor-steps", str(max_actor_steps)] if first
                                                  else ["--resume"])
-    before = _learner_records(logdir)
+    life_began = time.time()
     started = time.monotonic()
     proc = subprocess.Popen(_command(*args), stdout=log, stderr=log, env=_env(), start_new_session=True)
     life: Dict[str, Any] = {"target": target, "during_save": False, "started": False}
     while time.monotonic() - started < start_timeout_s:  # the resume must start: a learner step
-        if _learner_records(logdir) > before or proc.poll() is not None:
+        if _trained_since(logdir, life_began) or proc.poll() is not None:
             break
         time.sleep(0.2)
-    life["started"] = _learner_records(logdir) > before
+    life["started"] = _trained_since(logdir, life_began)
     life["start_s"] = time.monotonic() - started
     if first:  # a run killed before its first checkpoint has nothing to resume: not a case
         from rlplat import run_dir  # pylint: disable=g-import-not-at-top
