@@ -90,9 +90,16 @@ def _run_on_cluster(args: argparse.Namespace) -> int:
         connection = cluster.connect(args.address, allow_unauthenticated=args.allow_unauthenticated_ray)
     except (cluster.ClusterConnectionError, ValueError) as e:
         raise common.UsageError(str(e)) from None
+    warned = set()
+
+    def warn_once(line: str) -> None:  # --watch reads the board again and again
+        if line not in warned:
+            warned.add(line)
+            sys.stderr.write(line + "\n")
+
     try:
         while True:
-            statuses = status_board.read_all()
+            statuses = status_board.read_all(on_skip=warn_once)
             if args.logdir is not None:
                 wanted = os.path.abspath(args.logdir)
                 statuses = [s for s in statuses if s.get("logdir") in (args.logdir, wanted)]

@@ -214,3 +214,36 @@ def test_status_address_shows_a_run_live_and_after_it_ended(token_head, tmp_path
     # A run the cluster never saw: one line naming the fix.
     result, _ = _status_on(token_head, "--logdir", str(tmp_path / "other"), env=env)
     assert_usage_error(result, "no rlplat run on the Ray cluster", "--logdir")
+
+
+_PUT_ENTRIES = """
+import json, sys
+import ray
+from ray.experimental import internal_kv
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+for key, value in json.loads(sys.argv[2]).items():
+    internal_kv._internal_kv_put(key, value, overwrite=True, namespace="rlplat_status")
+ray.shutdown()
+"""
+
+
+def test_status_address_skips_each_malformed_entry_with_one_line(token_head, tmp_path):
+    env = dict(os.environ, PYTHONUNBUFFERED="1", RAY_AUTH_MODE="token",
+               RAY_AUTH_TOKEN_PATH=os.path.join(token_head.root, "token"))
+    for name in ("TF_CONFIG", "RAY_ADDRESS", "RAY_AUTH_TOKEN"):
+        env.pop(name, None)
+    bad = {"/runs/torn": '{"logdir": "/runs/torn", "run": {"sta',  # cut short
+           "/runs/list": "[1, 2, 3]",  # JSON, not a snapshot
+           "/runs/no-run": json.dumps({"logdir": "/runs/no-run", "published": 1.0}),
+           "/runs/when": json.dumps({"logdir": "/runs/when", "published": "yesterday", "run": {}})}
+    subprocess.run([sys.executable, "-c", _PUT_ENTRIES, token_head.address, json.dumps(bad)], env=env,
+                   check=True, timeout=120, capture_output=True)
+    result, statuses = _status_on(token_head, env=env)
+    warnings = [line for line in result.stderr.splitlines() if "skipped the malformed status entry" in line]
+    assert sorted(w.split("'")[1] for w in warnings) == sorted(bad), result.stderr
+    assert "Traceback" not in result.stderr
+    # Whatever else the cluster holds (an earlier test's run) is still shown, or the
+    # usual one-line answer when nothing is left.
+    assert result.returncode == 0 or (result.returncode == 2 and result.stderr.splitlines()[-1].startswith(
+        "rlplat: error: no rlplat run on the Ray cluster")), result.stderr
+    assert all(s["logdir"] not in bad for s in statuses)
