@@ -106,8 +106,12 @@ class Driver:
                                  "disk space, then --resume") from None
         finally:
             mark = time.monotonic()
-            self._teardown()
+            close_error = self._teardown()
             self.phases["teardown_s"] = time.monotonic() - mark
+        if close_error is not None:  # the run itself ended well; its last log lines did not fit
+            raise RunFailedError(f"cannot write the run's files: {close_error.strerror or close_error}; the run "
+                                 f"ended with its checkpoint ({self.counts.checkpoint_path or 'none'}) but its "
+                                 "last log lines may be missing: free disk space")
         return driver_records.summarize(self, time.monotonic() - started)
 
     def _start(self) -> None:
@@ -161,13 +165,22 @@ class Driver:
         """The loop's ending: the learner stops, the final checkpoint, the final evaluation."""
         self.loop.finish(timeout_s, final_eval, save_by, _SIGNAL_MIN_SAVE_S)
 
-    def _teardown(self) -> None:
+    def _teardown(self) -> Optional[OSError]:
+        """Ends every worker and closes the logs; returns the error of a log that could not be closed.
+
+        A failed close (a full disk) must not stop the rest of the teardown, nor
+        hide the error the run is already ending with.
+        """
         # Signals now only set flags nobody checks: nothing here is cut short,
         # so no Ray process is left behind.
         if ray.is_initialized():
             self.workers.kill_all(learner_stopped=self.loop.learner_stopped)
+        close_error: Optional[OSError] = None
         for logger in self.loggers.values():
-            logger.close()
+            try:
+                logger.close()
+            except OSError as e:
+                close_error = close_error or e
         self.console.close()
         if self.loggers and ray.is_initialized():
             self.loop.publish_status(final=True)
@@ -176,6 +189,7 @@ class Driver:
         elif not self.ray_was_up and ray.is_initialized():
             ray.shutdown()  # interrupted inside connect(): Ray is up but we never got its handle
         self.calls.restore_signal_handlers()
+        return close_error
 
     # ------------------------------------------------------------- records
     def _open_loggers(self) -> None:

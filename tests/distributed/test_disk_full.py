@@ -8,6 +8,7 @@ during a log write, whichever comes first.
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -48,4 +49,40 @@ def test_a_full_disk_stops_the_run_with_one_line_and_keeps_the_last_good_checkpo
     # Stopped well before its budget, with a checkpoint a resume can use.
     steps = run_dir.checkpoint_steps(logdir)
     assert steps and not run_dir.damaged_steps(logdir), (steps, run_dir.damaged_steps(logdir))
+    assert run_dir.start_step(logdir, resume=True) == steps[-1]
+
+
+def test_a_disk_filled_between_checkpoints_stops_the_run_at_a_log_write(small_disk):
+    """Another program fills the disk after the first checkpoint; the next write is a log line."""
+    logdir = os.path.join(small_disk, "run")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    flags = [f for f in RUN if f != "--replay-checkpoint"]
+    # The first save comes after 20 s; the next is 20 s off, while log lines are written every few seconds.
+    flags[flags.index("--checkpoint-period") + 1] = "20"
+    proc = subprocess.Popen([RLPLAT, *flags, "--logdir", logdir], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 300
+        while not run_dir.checkpoint_steps(logdir):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
+            time.sleep(0.2)
+        first = run_dir.checkpoint_steps(logdir)
+        with open(os.path.join(small_disk, "filler"), "wb") as filler:  # everything that is left
+            try:
+                while True:
+                    filler.write(b"\0" * 65536)
+                    filler.flush()
+            except OSError:
+                pass
+        _, stderr = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    errors = [line for line in stderr.splitlines() if line.startswith("rlplat: error:")]
+    assert proc.returncode == 1, stderr[-3000:]
+    assert "Traceback" not in stderr and len(errors) == 1, stderr[-3000:]
+    assert "free disk space, then --resume" in errors[0], errors[0]
+    steps = run_dir.checkpoint_steps(logdir)
+    assert steps[:len(first)] == first and not run_dir.damaged_steps(logdir), (first, steps)
     assert run_dir.start_step(logdir, resume=True) == steps[-1]
