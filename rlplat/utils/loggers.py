@@ -70,12 +70,28 @@ class MetricsLogger:
                     self._writer.scalar(name, value, step)
             self._writer.flush()
         if self._jsonl is not None:
+            self._follow_replaced_file()
             record = {"step": step, "wall_time": time.time(), "role": self.role, **values}
             self._jsonl.write(json.dumps(record) + "\n")
             self._jsonl.flush()
         if self._print is not None:
             shown = " ".join(f"{k}={_format(v)}" for k, v in values.items())
             self._print(f"[{self.role}] step={step} {shown}")
+
+    def _follow_replaced_file(self) -> None:
+        """Reopens the JSONL file when another logger of the run replaced it (its purge on resume).
+
+        Every role appends to one file; a purge writes a new file and renames it
+        over the old one, and a handle opened before that would go on writing
+        into the old, unlinked file, where every line is lost.
+        """
+        try:
+            current = os.stat(self.jsonl_path).st_ino
+        except FileNotFoundError:
+            current = None
+        if current != os.fstat(self._jsonl.fileno()).st_ino:
+            self._jsonl.close()
+            self._jsonl = open(self.jsonl_path, "a", encoding="utf-8")
 
     def write_text(self, name: str, markdown: str, step: int = 0) -> None:
         """A TensorBoard text summary (rendered as Markdown in its Text tab); no JSONL line."""

@@ -145,3 +145,22 @@ def test_the_logger_imports_no_tensorflow():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_a_resume_that_purges_role_after_role_loses_no_later_line(tmp_path):
+    """The run's loggers open one after another, each purging its own role: the purge of
+    a later one replaces the file under the handles of those opened before it."""
+    logdir = str(tmp_path)
+    with loggers.make_logger(logdir, "learner") as log:
+        for step in (10, 20, 30):
+            log.write(step, {"loss": 1.0})
+    with loggers.make_logger(logdir, "evaluator") as log:
+        log.write(300, {"eval_return": 1.0})
+    learner = loggers.make_logger(logdir, "learner", purge_after_step=20)  # opened first
+    evaluator = loggers.make_logger(logdir, "evaluator", purge_after_step=200)  # replaces the file
+    learner.write(21, {"loss": 0.5})
+    evaluator.write(201, {"eval_return": 2.0})
+    learner.close()
+    evaluator.close()
+    assert [(r["role"], r["step"]) for r in _lines(logdir)] == [
+        ("learner", 10), ("learner", 20), ("learner", 21), ("evaluator", 201)]
