@@ -71,7 +71,7 @@ def _check_flags(args: argparse.Namespace) -> None:
     if args.checkpoint is not None and args.checkpoint < 0:
         raise common.UsageError(f"--checkpoint is a learner step >= 0 (got {args.checkpoint})")
     if not 0 < args.video_fps < math.inf:
-        raise common.UsageError(f"--video-fps must be > 0 (got {args.video_fps:g})")
+        raise common.UsageError(f"--video-fps must be > 0 and finite (got {args.video_fps:g})")
     if args.video is not None:
         try:
             video.check_video_path(args.video)
