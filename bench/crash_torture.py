@@ -19,7 +19,7 @@ network flags, but not its budget, which the resume keeps from config.json. It p
 - the run reaches its budget, and its final greedy evaluation is within the
   spread of uninterrupted runs of the same seed (``--reference-seeds``).
 
-    python bench/crash_torture.py [--kills 50] [--max-actor-steps 60000] [--out DIR]
+    python bench/crash_torture.py [--kills 50] [--max-actor-steps 300000] [--out DIR]
 
 Writes crash_torture.json (every kill: target, moment, during a save or not,
 restored step, counters, damage) under ``--out``.
@@ -242,9 +242,13 @@ def torture(kills: int, max_actor_steps: int, seed: int, workdir: str, rng_seed:
                     f"{committed.get('actor_steps')}, exit {life.get('exit_code')}", flush=True)
     if lives[-1].get("exit_code") != 0:
         problems.append(f"the last life did not finish the run (exit {lives[-1].get('exit_code')})")
+    done = sum("killed" in life for life in lives)
+    if done < kills:  # a life that found the budget reached had nothing left to kill
+        problems.append(f"only {done} of {kills} kills hit a live run (the budget of {max_actor_steps} actor "
+                        "steps was reached first); raise --max-actor-steps")
     if previous["actor_steps"] < max_actor_steps:
         problems.append(f"the run stopped at {previous['actor_steps']} actor steps, short of {max_actor_steps}")
-    return {"kills": kills, "lives": lives, "problems": problems, "logdir": logdir,
+    return {"kills": kills, "kills_done": done, "lives": lives, "problems": problems, "logdir": logdir,
             "during_save": sum(life["during_save"] for life in lives),
             "by_target": {t: sum(life["target"] == t for life in lives) for t in TARGETS},
             "passed": not problems}
@@ -253,7 +257,8 @@ def torture(kills: int, max_actor_steps: int, seed: int, workdir: str, rng_seed:
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=50)
-    parser.add_argument("--max-actor-steps", type=int, default=60_000)
+    # About 3-6k actor steps go by per life on 2 quiet cores: 50 lives need room.
+    parser.add_argument("--max-actor-steps", type=int, default=300_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--start-timeout", type=float, default=300.0,
                         help="seconds a life may take to its first learner step before it is killed anyway")
