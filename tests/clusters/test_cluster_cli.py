@@ -1,16 +1,24 @@
 """`rlplat cluster check`: `FILE: ok` / one `FILE: error: ...` line, exit 0 / 2, no TensorFlow."""
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _rlplat(*args):
-    return subprocess.run([sys.executable, "-m", "rlplat.launch.cli", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=120)
+    # A HOME of its own: the check reads the token file a YAML ships from ~, and the machine's
+    # may be anything (tests/clusters/test_ray_up_loopback.py writes one, 0644).
+    home = tempfile.mkdtemp(prefix="rlplat-home-")
+    try:
+        return subprocess.run([sys.executable, "-m", "rlplat.launch.cli", *args], cwd=REPO,
+                              capture_output=True, text=True, timeout=120, env={**os.environ, "HOME": home})
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def test_shipped_configs_exit_0():
@@ -47,8 +55,12 @@ def test_usage_error_and_no_tensorflow():
     probe = ("import sys\nfrom rlplat.launch import cli\ncode = cli.main(['cluster', 'check', "
              "'clusters/gcp.yaml'])\nassert 'tensorflow' not in sys.modules, 'TF was imported'\n"
              "sys.exit(code)\n")
-    result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True,
-                            timeout=120)
+    home = tempfile.mkdtemp(prefix="rlplat-home-")  # as in _rlplat
+    try:
+        result = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True,
+                                timeout=120, env={**os.environ, "HOME": home})
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
     assert result.returncode == 0, result.stderr
 
 

@@ -15,6 +15,15 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 CLUSTER_YAMLS = sorted(glob.glob(os.path.join(REPO, "clusters", "*.yaml")))
 
 
+@pytest.fixture(autouse=True)
+def _own_home(tmp_path, monkeypatch):
+    """A HOME of the test's own: the check reads the token file a YAML ships from ~, and the
+    machine's may be anything (tests/clusters/test_ray_up_loopback.py writes one, 0644)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+
+
 def _load(name):
     with open(os.path.join(REPO, "clusters", name)) as f:
         return yaml.safe_load(f)
