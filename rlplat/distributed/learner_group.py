@@ -286,20 +286,20 @@ class LearnerGroup(LearnerService):
 
     def get_variables(self, names: Sequence[str]):
         """The chief's ``get_variables``."""
-        return self._chief(self.members[0].get_variables.remote(list(names)), "get_variables")
+        return self._chief(lambda m: m.get_variables.remote(list(names)), "get_variables")
 
     def get_variables_if_newer(self, names: Sequence[str], version: int):
         """The chief's ``get_variables_if_newer`` (every member holds the same weights)."""
-        return self._chief(self.members[0].get_variables_if_newer.remote(list(names), version),
+        return self._chief(lambda m: m.get_variables_if_newer.remote(list(names), version),
                            "get_variables_if_newer")
 
     def make_evaluation_actor(self, seed: int):
         """The chief's ``make_evaluation_actor``."""
-        return self._chief(self.members[0].make_evaluation_actor.remote(int(seed)), "make_evaluation_actor")
+        return self._chief(lambda m: m.make_evaluation_actor.remote(int(seed)), "make_evaluation_actor")
 
     def replay_counts(self, timeout_s: float):
         """The chief's ``replay_counts``."""
-        return self._chief(self.members[0].replay_counts.remote(float(timeout_s)), "replay_counts")
+        return self._chief(lambda m: m.replay_counts.remote(float(timeout_s)), "replay_counts")
 
     def shared_weights_info(self) -> None:
         """None: a group serves weights over Ray only."""
@@ -308,12 +308,13 @@ class LearnerGroup(LearnerService):
     def release_shared_weights(self) -> None:
         """Nothing to release: a group publishes no shared-memory weights."""
 
-    def _chief(self, ref, method: str):
-        """The chief's answer to ``ref`` (a call of ``method``)."""
+    def _chief(self, send: Callable[[Any], Any], method: str):
+        """The chief's answer to ``send(chief)`` (a ``.remote`` call of ``method``); a failed
+        group sends nothing."""
         if self._failed:
             raise LearnerGroupError(self._failed)
         try:
-            return ray.get(ref, timeout=self._call_timeout_s)
+            return ray.get(send(self.members[0]), timeout=self._call_timeout_s)
         except ray.exceptions.GetTimeoutError as e:
             raise TimeoutError(f"learner group chief did not answer {method} within "
                                f"{self._call_timeout_s:g}s") from e
