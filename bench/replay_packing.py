@@ -107,7 +107,7 @@ def main():
             if name not in iterators:
                 iterators[name] = iter(datasets.make_transition_dataset(
                     address, builder.replay_table, batch_size,
-                    signature=builder._signature(spec),  # pylint: disable=protected-access
+                    signature=builder.replay().item_format(spec)["signature"],
                     packing=builder.make_packing(spec), rate_limiter_timeout_ms=30_000))
                 for _ in range(10):
                     next(iterators[name])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Dict, Iterable
+from typing import Any, Dict, Iterable, Optional
 
 # The learners compute in float32 and count in int64: a value outside these
 # ranges would become inf or wrap there, whatever float64 and Python allow.
@@ -22,9 +22,41 @@ FLOAT32_MAX = 3.4028234663852886e38
 INT64_MAX = 2**63 - 1
 
 
-def field(default: Any, help: str) -> Any:
-    """A dataclass field with a default and the help text of its command-line flag."""
-    return dataclasses.field(default=default, metadata={"help": help})
+class ConfigMethods:
+    """What every frozen agent config shares: a validated ``replace`` and a JSON-ready ``to_dict``."""
+
+    def replace(self, **changes: Any) -> Any:
+        """A validated copy with ``changes`` applied.
+
+        Raises:
+          TypeError: a key is not a field (as the constructor would).
+          ValueError: a new value is invalid.
+        """
+        names = {f.name for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise TypeError(f"unknown {type(self).__name__} field(s) {unknown}; valid fields: {sorted(names)}")
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+    def to_dict(self) -> Dict[str, Any]:
+        """Plain JSON values (tuples become lists); ``type(cfg)(**cfg.to_dict())`` round-trips."""
+        return {k: list(v) if isinstance(v, tuple) else v
+                for k, v in dataclasses.asdict(self).items()}  # type: ignore[call-overload]
+
+
+def field(default: Any, help: str, kind: Optional[type] = None, shown: Optional[str] = None) -> Any:
+    """A dataclass field with a default and the help text of its command-line flag.
+
+    ``kind`` is the flag's type where the default cannot tell it (a default of
+    None); ``shown`` replaces the default in ``--help`` where the default
+    depends on the run (e.g. on the task).
+    """
+    metadata: Dict[str, Any] = {"help": help}
+    if kind is not None:
+        metadata["kind"] = kind
+    if shown is not None:
+        metadata["shown"] = shown
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def flag_helps(config_cls: type) -> Dict[str, str]:

@@ -47,6 +47,8 @@ class RunRecord:
     Attributes:
       logdir: the run directory.
       builder: the builder's class name (``run_info.json``), e.g. "D4PGBuilder".
+      agent: the registered agent that trained it (``run_info.json``; runs
+        from before agents were recorded: the one whose builder it names).
       agent_config: the agent config's fields (``config.json``'s ``agent``).
       env, env_kwargs: the environment the run trained on.
       checkpoints: learner step -> checkpoint prefix (``.../ckpt-<step>``), oldest first.
@@ -54,6 +56,7 @@ class RunRecord:
 
     logdir: str
     builder: str
+    agent: Optional[str]
     agent_config: Mapping[str, Any]
     env: str
     env_kwargs: Mapping[str, Any]
@@ -103,7 +106,13 @@ def read_run(logdir: str) -> RunRecord:
         raise RunError(f"{logdir} does not look like an rlplat RL training run (config.json needs "
                        "'agent' and 'env', run_info.json 'builder'); check --logdir")
     env_kwargs = config.get("env_kwargs") or {}
-    return RunRecord(logdir=logdir, builder=builder, agent_config=agent, env=env,
+    from rlplat import agent_spec  # pylint: disable=g-import-not-at-top
+
+    try:
+        agent_name = agent_spec.agent_of_record(info)
+    except agent_spec.NoAgentsError as e:
+        raise RunError(str(e)) from None
+    return RunRecord(logdir=logdir, builder=builder, agent=agent_name, agent_config=agent, env=env,
                      env_kwargs=dict(env_kwargs), checkpoints=checkpoint_steps(logdir))
 
 
@@ -121,29 +130,27 @@ def _read_json(path: str) -> Dict[str, Any]:
 
 
 def make_builder(run: RunRecord) -> core.AgentBuilder:
-    """The run's builder, found through the registered agents, with its recorded agent config.
+    """The run's builder, from the spec of the agent it records, with its recorded agent config.
 
-    The agent whose command module names ``run.builder`` as its
-    ``BUILDER_NAME`` provides the class (``<its package>.builder``). Imports
-    no TensorFlow.
+    Imports no TensorFlow.
 
     Raises:
-      RunError: an unknown builder, or a recorded config it refuses.
+      RunError: an agent rlplat does not have, or a recorded config it refuses.
     """
-    from rlplat.launch import agent_registry  # pylint: disable=g-import-not-at-top
+    from rlplat import agent_spec  # pylint: disable=g-import-not-at-top
 
     try:
-        cls = agent_registry.builder_class(run.builder)
-    except (ImportError, AttributeError, KeyError, agent_registry.NoAgentsError):
-        raise RunError(f"{run.logdir}: run_info.json names builder {run.builder!r}, which rlplat "
-                       "does not have (agents/<agent>/builder.py); evaluate it with the rlplat "
+        spec = agent_spec.spec(run.agent or "")
+        cls = spec.builder_class()
+        config = spec.config_class(**dict(run.agent_config))
+    except (KeyError, ImportError, AttributeError, ValueError, agent_spec.NoAgentsError):
+        raise RunError(f"{run.logdir}: run_info.json names agent {run.agent!r} (builder {run.builder!r}), "
+                       "which rlplat does not have or cannot build; evaluate it with the rlplat "
                        "version that trained it") from None
-    default = {f.name: f.default for f in dataclasses.fields(cls)}.get("config")
-    try:
-        return cls(config=type(default)(**dict(run.agent_config)))
-    except (TypeError, ValueError) as e:
+    except TypeError as e:
         raise RunError(f"{run.logdir}/config.json: the recorded agent config does not fit "
                        f"{run.builder} ({e}); evaluate it with the rlplat version that trained it") from None
+    return cls(config=config)
 
 
 class CheckpointVariableSource(core.VariableSource):

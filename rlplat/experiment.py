@@ -21,7 +21,9 @@ import dataclasses
 import math
 from typing import Any, Dict, Iterator, Mapping, Optional, Tuple
 
+from rlplat import config_fields
 from rlplat import controller
+from rlplat.seeding import MAX_SEED
 from rlplat import core
 
 
@@ -93,27 +95,39 @@ class Experiment:
             object.__setattr__(self, "environment", EnvironmentFactory(self.environment))
         if not isinstance(self.environment, EnvironmentFactory):
             raise TypeError(f"environment must be an EnvironmentFactory (got {type(self.environment).__name__})")
-        if self.num_actors < 1:
-            raise ValueError(f"--num-actors must be >= 1 (got {self.num_actors})")
-        if self.seed < 0:
-            raise ValueError(f"--seed must be >= 0 (got {self.seed})")
-        if self.max_actor_steps is not None and self.max_actor_steps < 1:
-            raise ValueError(f"--max-actor-steps must be >= 1 (got {self.max_actor_steps}); leave it "
-                             "out to run until interrupted")
-        if self.eval_episodes < 1:
-            raise ValueError(f"--eval-episodes must be >= 1 (got {self.eval_episodes})")
-        for name in ("eval_every_actor_steps", "video_every_evals"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0 (got {getattr(self, name)})")
+        self._check_counts()
         for name in ("eval_every_s", "checkpoint_every_s"):
             value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ValueError(f"{name} must be > 0 (got {value})")
+            if value is not None and not 0 < value <= config_fields.FLOAT32_MAX:
+                raise ValueError(f"{name} must be a number of seconds > 0 (got {value:g})")
+        target = self.target_eval_return
+        if target is not None and not abs(target) <= config_fields.FLOAT32_MAX:
+            raise ValueError(f"target_eval_return must be a finite number (got {target:g}); leave it "
+                             "out to never stop early")
         if self.video_every_evals and self.environment.name.startswith("gym:"):
-            raise ValueError(f"--video-every: {self.environment.name} has no MuJoCo scene to render "
-                             "(gym: tasks cannot be recorded); drop --video-every or pick a control-suite task")
+            raise ValueError(f"video_every_evals: {self.environment.name} has no MuJoCo scene to render "
+                             "(gym: tasks cannot be recorded); drop video_every_evals or pick a control-suite task")
         if self.resume and not self.logdir:
-            raise ValueError("--resume needs the --logdir of the run to continue")
+            raise ValueError("resume needs the logdir of the run to continue")
+
+    def _check_counts(self) -> None:
+        """The integer fields, in their own names (a command line maps them to its flags)."""
+        if self.num_actors < 1:
+            raise ValueError(f"num_actors must be >= 1 (got {self.num_actors})")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise ValueError(f"seed must be in 0..{MAX_SEED} (got {self.seed}), the range MuJoCo's and "
+                             "NumPy's seeds take")
+        steps = self.max_actor_steps
+        if steps is not None and steps < 1:
+            raise ValueError(f"max_actor_steps must be >= 1 (got {steps}); leave it out to run until interrupted")
+        if steps is not None and steps > config_fields.INT64_MAX:
+            raise ValueError(f"max_actor_steps must fit in 64 bits (got {steps}); leave it out to run "
+                             "until interrupted")
+        if self.eval_episodes < 1:
+            raise ValueError(f"eval_episodes must be >= 1 (got {self.eval_episodes})")
+        for name in ("eval_every_actor_steps", "video_every_evals"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (got {getattr(self, name)}); 0 is off")
 
     def config_record(self) -> Dict[str, Any]:
         """What ``config.json`` records of this experiment (``rlplat eval``, ``plot`` and ``status`` read it)."""

@@ -11,7 +11,7 @@ both (the same functions). See ``rlplat.replay.tables`` for how Reverb's
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 
 def default_error_buffer(
@@ -112,3 +112,39 @@ def validate_rate_limiter(
             f"batch; set error_buffer >= max(global_batch_size, "
             f"samples_per_insert, 1) = {needed:g} or leave it None"
         )
+
+
+def _check_stall(spi: float, warmup: int, batch: int) -> None:
+    """Refuses a ratio that makes one side wait longer than the whole warm-up.
+
+    The limiter holds sampled / inserted at ``spi``, so a learner step (one
+    batch) waits for ``batch / spi`` new items and an inserted item waits for
+    ``spi / batch`` learner steps. Beyond one warm-up either wait makes the
+    run crawl and then time out (spi 0.001 at batch 256: 256,000 env steps
+    per learner step).
+    """
+    if batch / spi > warmup:
+        raise ValueError(
+            f"samples_per_insert {spi:g} would stall the learner: each learner step "
+            f"(global_batch_size {batch}) waits for {batch / spi:,.0f} new transitions, more than "
+            f"the whole warm-up (min_replay_size {warmup}); use samples_per_insert "
+            f">= {batch / warmup:g} (e.g. 32), or raise min_replay_size")
+    if spi / batch > warmup:
+        raise ValueError(
+            f"samples_per_insert {spi:g} would stall the actors: each transition they insert "
+            f"waits for {spi / batch:,.0f} learner steps (global_batch_size {batch}), more than "
+            f"min_replay_size {warmup}; use samples_per_insert <= {batch * warmup:g} (e.g. 32)")
+
+
+def check_transition_replay(config: Any, facts: Any) -> Any:
+    """An ``AgentSpec.check`` for agents on ``TransitionReplay``: their replay settings cannot stall.
+
+    ``config`` has ``samples_per_insert``, ``min_replay_size``,
+    ``max_replay_size`` and ``global_batch_size``; ``facts`` is the run's
+    ``RunFacts``. Returns ``config`` unchanged.
+    """
+    # At least one actor: fewer is the run's own error, reported in its words.
+    validate_rate_limiter(config.samples_per_insert, config.min_replay_size, config.global_batch_size,
+                          max(1, facts.num_actors), max_replay_size=config.max_replay_size)
+    _check_stall(config.samples_per_insert, config.min_replay_size, config.global_batch_size)
+    return config

@@ -56,11 +56,11 @@ def address_for_actor(address: str, actor_index: int) -> str:
 def check_shards(num_actors: int, num_replay_shards: int) -> None:
     """Refuses a shard count the even split cannot serve (one-line ``ValueError``)."""
     if num_replay_shards < 1:
-        raise ValueError(f"--num-replay-shards must be >= 1 (got {num_replay_shards})")
+        raise ValueError(f"num_replay_shards must be >= 1 (got {num_replay_shards})")
     if num_actors % num_replay_shards:
-        raise ValueError(f"--num-actors {num_actors} is not a multiple of --num-replay-shards "
+        raise ValueError(f"num_actors {num_actors} is not a multiple of num_replay_shards "
                          f"{num_replay_shards}: every shard takes the same number of actors, so that "
-                         "sampling them equally keeps samples-per-insert; change either flag")
+                         "sampling them equally keeps samples-per-insert; change either")
 
 
 def shard_batch_sizes(batch_size: int, num_shards_: int) -> List[int]:

@@ -253,9 +253,13 @@ def start_step(logdir: str, resume: bool) -> Optional[int]:
                               "new run in another directory")
         return None
     step = latest_step(logdir)
+    if step is None and latest_step(logdir, verify=False) is None:
+        raise RunDirError(f"found no checkpoint in {checkpoints_dir(logdir)}, so no intact checkpoint to "
+                          "resume; check the run directory, or start a new run in another one")
     if step is None:
-        raise RunDirError(f"found no intact checkpoint in {checkpoints_dir(logdir)} to resume; check the "
-                          "run directory, or start a new run in another one")
+        raise RunDirError(f"found no intact checkpoint in {checkpoints_dir(logdir)}: every one is damaged "
+                          "(its files do not match their manifest); restore them from a backup, or start a "
+                          "new run in another directory")
     return step
 
 
@@ -394,6 +398,26 @@ def update_run_info(logdir: str, fields: Dict[str, Any]) -> None:
         write_json(path, record)
     except (OSError, RunDirError):
         pass  # what would be added was printed; a record must not stop the run
+
+
+def record_agent(logdir: str, agent: str) -> None:
+    """Writes the run's agent into ``run_info.json`` (made if missing): ``--resume``, eval and status read it."""
+    path = run_info_path(logdir)
+    try:
+        record = read_json_object(path, "run record")
+    except (OSError, RunDirError):
+        record = {}
+    record["agent"] = agent
+    write_json(path, record)
+
+
+def recorded_agent(logdir: str) -> Dict[str, Any]:
+    """What ``run_info.json`` says about the run's agent: its ``agent`` and ``builder`` ({} when unreadable)."""
+    try:
+        record = read_json_object(run_info_path(logdir), "run record")
+    except (OSError, RunDirError):
+        return {}
+    return {key: record[key] for key in ("agent", "builder") if key in record}
 
 
 # ------------------------------------------------------------------ one writer

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 # Role tags inside the hash; appending new roles never changes old seeds.
+MAX_SEED = 2**32 - 1  # NumPy's legacy seeds and MuJoCo tasks' RandomState take no more
 _ROLES = {"actor": 0, "evaluator": 1, "learner": 2}
 
 

@@ -66,7 +66,7 @@ def _run(vectorised, task, builder, spec, seeds, source, loop_steps):
 
 
 def _d4pg(task):
-    from rlplat_agents.d4pg.acting import policy_template
+    from rlplat_agents.d4pg.networks import policy_template
     from rlplat_agents.d4pg.builder import D4PGBuilder
     from rlplat_agents.d4pg.config import D4PGConfig
     from rlplat.utils import numpy_layers

@@ -47,7 +47,8 @@ class BCBuilder(core.OfflineBuilder):
                          replicator.distribute(self.make_input_fn(dataset, seed)))
 
     def make_actor(self, environment_spec: Any, variable_source: core.VariableSource, seed: int) -> core.Actor:
-        from rlplat_agents.d4pg import acting  # pylint: disable=g-import-not-at-top  (D4PG's NumPy actor, greedy)
+        from rlplat_agents.d4pg.networks import policy_template  # pylint: disable=g-import-not-at-top
+        from rlplat.gaussian_actor import GaussianActor  # pylint: disable=g-import-not-at-top
 
-        return acting.D4PGActor(acting.policy_template(environment_spec, self.config.layer_sizes),
-                                variable_source, seed=seed, evaluation=True)
+        return GaussianActor(policy_template(environment_spec, self.config.layer_sizes), variable_source,
+                             seed=seed, evaluation=True)

@@ -1,8 +1,7 @@
 """D4PG as an ``AgentBuilder``: the factories a layout calls, in any process.
 
-The builder holds only plain, frozen values (the ``D4PGConfig`` and a few
-runtime knobs), so it pickles in microseconds and Ray can ship it to every
-worker; everything with a thread, a socket or a TF variable is made by the
+It holds only frozen values (the config and a few runtime knobs), so Ray ships
+it cheaply; everything with a thread, a socket or a TF variable is made by the
 factories inside the process that uses it.
 
 Exploration noise per actor (``sigma_schedule``):
@@ -20,15 +19,16 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from rlplat_agents.d4pg.config import D4PGConfig
 from rlplat import core
+from rlplat.dpg_builder import DPGBuilder
 
 if TYPE_CHECKING:  # annotations only: building a builder imports neither TF nor Reverb
-    import reverb
 
     from rlplat.replay.packing import TransitionPacking
+    from rlplat.replay.transition_replay import TransitionReplay
     from rlplat.replication import Replicator
     from rlplat.specs import EnvironmentSpec
 
@@ -37,7 +37,7 @@ SIGMA_SCHEDULES = ("constant", "log")
 
 
 @dataclasses.dataclass(frozen=True)
-class D4PGBuilder(core.AgentBuilder):
+class D4PGBuilder(DPGBuilder):
     """Builds D4PG's tables, adder, learner and actors from a ``D4PGConfig``.
 
     Attributes:
@@ -86,112 +86,25 @@ class D4PGBuilder(core.AgentBuilder):
         fraction = (actor_index * _GOLDEN) % 1.0
         return sigma * (self.sigma_min / sigma) ** fraction
 
-    # ------------------------------------------------------------------ replay
-    def _signature(self, environment_spec: EnvironmentSpec) -> Any:
-        from rlplat.replay.signature import transition_signature  # pylint: disable=g-import-not-at-top
+    def replay(self) -> TransitionReplay:
+        """The shared n-step transition kit (``rlplat.replay.transition_replay``) with this builder's table."""
+        from rlplat.replay.transition_replay import TransitionReplay  # pylint: disable=g-import-not-at-top
 
-        return transition_signature(environment_spec.observations, environment_spec.actions)
+        return TransitionReplay.from_config(self.config, table=self.replay_table, pack=self.pack_transitions,
+                                            rate_limiter_timeout_ms=self.rate_limiter_timeout_ms)
 
     def make_packing(self, environment_spec: EnvironmentSpec) -> Optional[TransitionPacking]:
         """The ``TransitionPacking`` of replay items, or None when unpacked."""
-        if not self.pack_transitions:
-            return None
-        from rlplat.replay.packing import TransitionPacking  # pylint: disable=g-import-not-at-top
-
-        return TransitionPacking.from_specs(environment_spec.observations,
-                                            environment_spec.actions)
-
-    def _table_signature(self, environment_spec: EnvironmentSpec) -> Any:
-        packing = self.make_packing(environment_spec)
-        if packing is None:
-            return self._signature(environment_spec)
-        return packing.table_signature
-
-    def make_replay_tables(self, environment_spec: EnvironmentSpec, num_actors: int) -> List[reverb.Table]:
-        """One uniform FIFO table, rate-limited to ``samples_per_insert``.
-
-        The limiter is validated against the global batch and ``num_actors``
-        (``rlplat.replay.tables.validate_rate_limiter``), so it cannot stall.
-        """
-        from rlplat.replay import tables  # pylint: disable=g-import-not-at-top
-
-        cfg = self.config
-        tables.validate_rate_limiter(cfg.samples_per_insert, cfg.min_replay_size,
-                                     cfg.global_batch_size, num_actors,
-                                     max_replay_size=cfg.max_replay_size)
-        limiter = tables.make_rate_limiter(cfg.samples_per_insert, cfg.min_replay_size,
-                                           global_batch_size=cfg.global_batch_size,
-                                           num_actors=num_actors)
-        return [tables.make_uniform_table(self.replay_table, cfg.max_replay_size, limiter,
-                                          self._table_signature(environment_spec))]
-
-    def make_adder(self, replay_address: str, environment_spec: EnvironmentSpec) -> core.Adder:
-        """An n-step transition adder (discount already includes gamma^n)."""
-        import reverb  # pylint: disable=g-import-not-at-top
-
-        from rlplat.replay.adders import NStepTransitionAdder  # pylint: disable=g-import-not-at-top
-
-        return NStepTransitionAdder(reverb.Client(replay_address), self.replay_table,
-                                    self.config.n_step, self.config.discount,
-                                    signature=self._signature(environment_spec),
-                                    packing=self.make_packing(environment_spec))
-
-    def make_vector_actor(self, environment_spec: EnvironmentSpec, variable_source: core.VariableSource,
-                          replay_address: Optional[str], seeds: Sequence[int],
-                          actor_indices: Optional[Sequence[int]] = None) -> Optional[Any]:
-        """One ``GaussianVectorActor`` for ``len(seeds)`` environments (None when transitions are not packed).
-
-        Environment k acts and records as ``make_actor``'s actor with
-        ``seeds[k]`` and ``actor_indices[k]`` (its sigma) would, with
-        ``make_adder``'s adder, through a ``VectorNStepAdder`` stream of its own.
-        """
-        packing = self.make_packing(environment_spec)
-        if packing is None:
-            return None
-        from rlplat_agents.d4pg import acting  # pylint: disable=g-import-not-at-top
-        from rlplat.gaussian_actor import GaussianVectorActor  # pylint: disable=g-import-not-at-top
-
-        adder = None
-        if replay_address is not None:
-            import reverb  # pylint: disable=g-import-not-at-top
-
-            from rlplat.replay.vector_nstep_adder import VectorNStepAdder  # pylint: disable=g-import-not-at-top
-
-            adder = VectorNStepAdder(reverb.Client(replay_address), self.replay_table, self.config.n_step,
-                                     self.config.discount, len(seeds), packing=packing)
-        indices = range(len(seeds)) if actor_indices is None else actor_indices
-        template = acting.policy_template(environment_spec, self.config.policy_layer_sizes)
-        return GaussianVectorActor(template, variable_source, adder, seeds,
-                                   [self.actor_sigma(i) for i in indices],
-                                   variable_update_period=self.config.variable_update_period)
-
-    # ----------------------------------------------------------------- learner
-    def make_input_fn(self, replay_address: str, environment_spec: EnvironmentSpec) -> core.InputFn:
-        """Global batches of (packed) n-step transitions, split over the input pipelines."""
-        from rlplat.replay import datasets  # pylint: disable=g-import-not-at-top
-
-        return datasets.make_input_fn(
-            replay_address, self.replay_table, self.config.global_batch_size,
-            signature=self._signature(environment_spec),
-            packing=self.make_packing(environment_spec),
-            rate_limiter_timeout_ms=self.rate_limiter_timeout_ms)
+        return self.replay().item_format(environment_spec)["packing"]
 
     def make_learner(self, environment_spec: EnvironmentSpec, replicator: Replicator, replay_address: str,
                      logdir: Optional[str] = None) -> core.Learner:
-        """The learner, sampling global batches from ``replay_address``.
-
-        ``logdir`` is unused: the caller owns logs and checkpoints (through
-        ``learner.checkpointables()``).
-        """
-        del logdir
+        """The learner, sampling global batches from ``replay_address`` (the caller owns ``logdir``)."""
         from rlplat_agents.d4pg.learning import D4PGLearner  # pylint: disable=g-import-not-at-top
 
-        cfg = self.config
-        input_fn = self.make_input_fn(replay_address, environment_spec)
-        return D4PGLearner(cfg, environment_spec, replicator, replicator.distribute(input_fn),
-                           steps_per_call=self.steps_per_call, jit_compile=self.jit_compile,
-                           replay_address=replay_address, replay_table=self.replay_table,
-                           rate_limiter_timeout_ms=self.rate_limiter_timeout_ms)
+        iterator = replicator.distribute(self.make_input_fn(replay_address, environment_spec))
+        return D4PGLearner(self.config, environment_spec, replicator, iterator, steps_per_call=self.steps_per_call,
+                           jit_compile=self.jit_compile, **self.replay().learner_kwargs(replay_address))
 
     # --------------------------------------------------------------- networks
     def make_networks(self, environment_spec: EnvironmentSpec) -> Dict[str, Any]:
@@ -199,21 +112,3 @@ class D4PGBuilder(core.AgentBuilder):
         from rlplat_agents.d4pg import networks  # pylint: disable=g-import-not-at-top
 
         return networks.make_networks(environment_spec, self.config)
-
-    def make_policy_network(self, environment_spec: EnvironmentSpec) -> Tuple[Dict[str, Any], List[Any]]:
-        """``{"policy": network}`` and its variables, as ``D4PGLearner`` checkpoints and serves them."""
-        policy = self.make_networks(environment_spec)["policy"]
-        return {"policy": policy}, list(policy.variables)
-
-    # ------------------------------------------------------------------- actor
-    def make_actor(self, environment_spec: EnvironmentSpec, variable_source: core.VariableSource,
-                   adder: Optional[core.Adder], actor_index: int, seed: int,
-                   evaluation: bool = False) -> core.Actor:
-        """A NumPy-policy actor; greedy and adder-free when ``evaluation``."""
-        from rlplat_agents.d4pg import acting  # pylint: disable=g-import-not-at-top
-
-        template = acting.policy_template(environment_spec, self.config.policy_layer_sizes)
-        return acting.D4PGActor(template, variable_source, None if evaluation else adder,
-                                sigma=self.actor_sigma(actor_index), seed=seed,
-                                evaluation=evaluation,
-                                variable_update_period=self.config.variable_update_period)

@@ -1,84 +1,56 @@
 """D4PG hyperparameters: one frozen, validated dataclass.
 
 Defaults follow the D4PG paper (Barth-Maron et al. 2018) and Acme's D4PG
-defaults. Every field maps to a command-line flag spelled with dashes
-(``n_step`` -> ``--n-step``); validation errors are one line and name the flag
-to change, so a launcher can print them verbatim.
-
-Gradient clipping: when ``clipping`` is True the learner is expected to clip
-the policy and the critic gradients (separately) by global norm
-``max_gradient_norm`` (40.0, as in Acme) before applying them. Clipping is
-optional; set ``clipping=False`` to apply raw gradients.
+(gradients clipped by global norm 40, policy and critic separately). Each
+field is a flag (``n_step``: ``--n-step``); an error is one line naming it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Tuple
+from typing import Tuple
 
 from rlplat import config_fields as fields
+from rlplat.config_fields import field
 
 TORSO_INITS = ("fan_out", "fan_in")
 
 
 @dataclasses.dataclass(frozen=True)
-class D4PGConfig:
+class D4PGConfig(fields.ConfigMethods):
     """Validated D4PG hyperparameters. Build, ``replace(...)``, never mutate.
 
-    Attributes:
-      n_step: length of the n-step return used for the critic target.
-      discount: per-step discount gamma; the learner uses gamma**n_step
-        (times the environment's discounts) as the bootstrap discount.
-      sigma: std of the Gaussian exploration noise added to the policy's
-        [-1, 1] action on actors (0 disables exploration noise).
-      global_batch_size: learner batch summed over all replicas; each replica
-        sees ``global_batch_size / num_replicas``.
-      samples_per_insert: target ratio of sampled to inserted items (rate
-        limiter); 32 means each transition is replayed ~32 times on average.
-      min_replay_size: items in replay before learning starts.
-      max_replay_size: replay capacity (FIFO eviction beyond it).
-      policy_learning_rate, critic_learning_rate: Adam learning rates.
-      target_update_period: learner steps between hard target-network copies.
-      num_atoms, v_min, v_max: the critic's fixed categorical support,
-        ``linspace(v_min, v_max, num_atoms)``; returns outside it are clipped.
-      policy_layer_sizes, critic_layer_sizes: hidden sizes of the layer-norm
-        MLP torsos (see ``agents.d4pg.networks``).
-      clipping: clip gradients by global norm ``max_gradient_norm``.
-      max_gradient_norm: global-norm threshold used when ``clipping``.
-      dqda_clip_norm: clip each example's action-gradient dQ/da to this
-        Euclidean norm before the policy update (the reference D4PG clips to
-        1 when clipping is on); 0 leaves dQ/da unclipped.
-      torso_init: ``"fan_out"`` (uniform variance scaling 1/3 over fan-out,
-        as the reference layer-norm MLP) or ``"fan_in"``; see
-        ``agents.d4pg.networks``.
-      variable_update_period: actor steps between weight pulls. Small,
-        because acting on stale weights costs env steps to a good policy,
-        and actors on the learner's host read new versions from shared
-        memory at no cost (agents/d4pg/README.md, "Tuning notes"). A
-        remote actor's pull moves the weights over the network, so with many
-        remote actors raise it (clusters/README.md).
+    Each field's flag help says what it is. Beyond that: the learner
+    bootstraps with gamma**n_step times the environment's discounts; the
+    critic's support is ``linspace(v_min, v_max, num_atoms)`` (returns outside
+    it are clipped); ``dqda_clip_norm`` 1 is the reference D4PG's clip when
+    clipping is on; ``torso_init`` fan_out scales as the reference layer-norm
+    MLP (``agents.d4pg.networks``). ``variable_update_period`` is small
+    because acting on stale weights costs env steps, and actors on the
+    learner's host read new versions from shared memory at no cost (README,
+    "Tuning notes"); with many remote actors raise it (clusters/README.md).
     """
 
-    n_step: int = 5
-    discount: float = 0.99
-    sigma: float = 0.3
-    global_batch_size: int = 256
-    samples_per_insert: float = 32.0
-    min_replay_size: int = 1000
-    max_replay_size: int = 1_000_000
-    policy_learning_rate: float = 1e-4
-    critic_learning_rate: float = 1e-4
-    target_update_period: int = 100
+    n_step: int = field(5, "n-step return length")
+    discount: float = field(0.99, "per-step discount gamma")
+    sigma: float = field(0.3, "std of the Gaussian exploration noise (actions in [-1, 1])")
+    global_batch_size: int = field(256, "learner batch over all replicas")
+    samples_per_insert: float = field(32.0, "replay sampled-to-inserted ratio the rate limiter holds")
+    min_replay_size: int = field(1000, "transitions in replay before learning starts")
+    max_replay_size: int = field(1_000_000, "replay capacity")
+    policy_learning_rate: float = field(1e-4, "Adam learning rate of the policy")
+    critic_learning_rate: float = field(1e-4, "Adam learning rate of the critic")
+    target_update_period: int = field(100, "learner steps between target-network copies")
     num_atoms: int = 51
     v_min: float = -150.0
     v_max: float = 150.0
-    policy_layer_sizes: Tuple[int, ...] = (256, 256, 256)
-    critic_layer_sizes: Tuple[int, ...] = (512, 512, 256)
-    clipping: bool = True
-    max_gradient_norm: float = 40.0
-    dqda_clip_norm: float = 1.0
-    torso_init: str = "fan_out"
-    variable_update_period: int = 10
+    policy_layer_sizes: Tuple[int, ...] = field((256, 256, 256), "policy MLP widths, comma-separated")
+    critic_layer_sizes: Tuple[int, ...] = field((512, 512, 256), "critic MLP widths, comma-separated")
+    clipping: bool = field(True, "clip policy and critic gradients by global norm --max-gradient-norm")
+    max_gradient_norm: float = field(40.0, "global-norm threshold of the gradient clipping")
+    dqda_clip_norm: float = field(1.0, "clip each example's dQ/da to this norm in the policy update (0: off)")
+    torso_init: str = field("fan_out", "torso weight init: fan_out (reference) or fan_in")
+    variable_update_period: int = field(10, "actor steps between weight pulls")
 
     # Fields checked by type only; ranges are checked in __post_init__.
     _INT_FIELDS = ("n_step", "global_batch_size", "min_replay_size",
@@ -136,24 +108,3 @@ class D4PGConfig:
              "1 or more (e.g. 1000)")
         need(self.max_gradient_norm > 0.0, "max_gradient_norm", "> 0",
              "above 0 (e.g. 40), or set --clipping false")
-
-    def replace(self, **changes: Any) -> "D4PGConfig":
-        """Returns a validated copy with ``changes`` applied.
-
-        Raises:
-          TypeError: a key is not a D4PGConfig field (as the constructor would).
-          ValueError: a new value is invalid (one-line message naming the flag).
-        """
-        names = {f.name for f in dataclasses.fields(self)}
-        unknown = sorted(set(changes) - names)
-        if unknown:
-            raise TypeError(f"unknown D4PGConfig field(s) {unknown}; "
-                            f"valid fields: {sorted(names)}")
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> Dict[str, Any]:
-        """Plain, JSON-serialisable dict; ``D4PGConfig(**cfg.to_dict())`` round-trips."""
-        out = dataclasses.asdict(self)
-        for name in self._LAYER_FIELDS:
-            out[name] = list(out[name])
-        return out

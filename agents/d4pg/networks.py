@@ -174,3 +174,16 @@ def make_networks(environment_spec: Any, config: Any) -> Dict[str, tf.keras.Mode
     policy(obs)
     critic((obs, act))
     return {"policy": policy, "critic": critic}
+
+
+def policy_template(environment_spec: Any, layer_sizes: Sequence[int]) -> List[Dict[str, Any]]:
+    """A fresh policy's NumPy op list (``rlplat.utils.numpy_layers``), for a ``GaussianActor`` without a config.
+
+    The op order and activations are the network's own; the actor replaces
+    the weights on every pull.
+    """
+    from rlplat.utils import numpy_layers  # pylint: disable=g-import-not-at-top
+
+    policy = make_policy_network(int(np.prod(environment_spec.actions.shape)), layer_sizes)
+    policy(tf.zeros((1, int(np.prod(environment_spec.observations.shape)))))
+    return numpy_layers.export_layers(policy.layers)

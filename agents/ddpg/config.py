@@ -1,14 +1,14 @@
 """DDPG hyperparameters: one frozen, validated dataclass; each field is a flag (``n_step``: ``--n-step``)."""
 
 import dataclasses
-from typing import Any, Dict, Tuple
+from typing import Tuple
 
 from rlplat import config_fields as fields
 from rlplat.config_fields import field
 
 
 @dataclasses.dataclass(frozen=True)
-class DDPGConfig:
+class DDPGConfig(fields.ConfigMethods):
     """DDPG (Lillicrap et al. 2016) with n-step returns; a bad value raises ValueError naming flag and fix."""
 
     n_step: int = field(3, "n-step return length")
@@ -50,7 +50,3 @@ class DDPGConfig:
                 ("variable_update_period", self.variable_update_period >= 1, "to 1 or more")):
             if not ok:
                 raise ValueError(f"{name} is {getattr(self, name)!r}; set {fields.flag(name)} {fix}")
-
-    def to_dict(self) -> Dict[str, Any]:
-        """JSON-serialisable; ``DDPGConfig(**cfg.to_dict())`` round-trips."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}

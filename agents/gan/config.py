@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Dict, Tuple
+from typing import Tuple
 
 from rlplat import config_fields as fields
+from rlplat.config_fields import field
 
 
 @dataclasses.dataclass(frozen=True)
-class GANConfig:
+class GANConfig(fields.ConfigMethods):
     """Validated hyperparameters of the digits GAN. Never mutate; use ``replace``.
 
     Attributes:
@@ -33,20 +34,20 @@ class GANConfig:
         samples with them.
     """
 
-    global_batch_size: int = 64
-    noise_dim: int = 16
-    generator_sizes: Tuple[int, ...] = (128, 128)
-    discriminator_sizes: Tuple[int, ...] = (128, 128)
-    generator_learning_rate: float = 2e-4
-    discriminator_learning_rate: float = 2e-4
-    spectral_norm: bool = True
-    num_steps: int = 5000
-    log_period: int = 100
-    sample_period: int = 500
-    checkpoint_period: int = 1000
+    global_batch_size: int = field(64, "real images per step over all replicas")
+    noise_dim: int = field(16, "size of the generator's noise input")
+    generator_sizes: Tuple[int, ...] = field((128, 128), "generator MLP widths, comma-separated")
+    discriminator_sizes: Tuple[int, ...] = field((128, 128), "discriminator MLP widths, comma-separated")
+    generator_learning_rate: float = field(2e-4, "Adam learning rate of the generator")
+    discriminator_learning_rate: float = field(2e-4, "Adam learning rate of the discriminator")
+    spectral_norm: bool = field(True, "spectral normalisation of the discriminator's layers")
+    num_steps: int = field(5000, "total steps (one discriminator and one generator update each)")
+    log_period: int = field(100, "steps between training-metric log lines")
+    sample_period: int = field(500, "steps between MMD evaluations and sample grids in TensorBoard")
+    checkpoint_period: int = field(1000, "steps between checkpoints")
     steps_per_loop: int = 100
     max_checkpoints_to_keep: int = 3
-    seed: int = 0
+    seed: int = field(0, "fixes the data, the initial weights and the noise")
     held_out_fraction: float = 0.2
 
     _POSITIVE_INTS = ("global_batch_size", "noise_dim", "num_steps", "log_period", "sample_period",
@@ -88,7 +89,3 @@ class GANConfig:
             lower = max(num_replicas, self.global_batch_size - self.global_batch_size % num_replicas)
             raise ValueError(f"--global-batch-size {self.global_batch_size} does not split over "
                              f"{num_replicas} replicas; use a multiple of {num_replicas} such as {lower}")
-
-    def to_dict(self) -> Dict[str, Any]:
-        """The fields as plain JSON-ready values (tuples become lists)."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, Dict, Tuple
+from typing import Tuple
 
 from rlplat import config_fields as fields
+from rlplat.config_fields import field
 
 
 @dataclasses.dataclass(frozen=True)
-class SupervisedConfig:
+class SupervisedConfig(fields.ConfigMethods):
     """Validated hyperparameters of the digits classifier. Never mutate; use ``replace``.
 
     Attributes:
@@ -36,17 +37,17 @@ class SupervisedConfig:
       held_out_fraction: share of the data kept out of training for evaluation.
     """
 
-    global_batch_size: int = 128
-    learning_rate: float = 1e-3
-    num_steps: int = 500
-    log_period: int = 50
-    eval_period: int = 100
-    checkpoint_period: int = 250
+    global_batch_size: int = field(128, "examples per step over all replicas")
+    learning_rate: float = field(1e-3, "Adam learning rate")
+    num_steps: int = field(500, "total gradient steps (a resumed run stops here too)")
+    log_period: int = field(50, "steps between training-metric log lines")
+    eval_period: int = field(100, "steps between held-out evaluations")
+    checkpoint_period: int = field(250, "steps between checkpoints")
     steps_per_loop: int = 50
     max_checkpoints_to_keep: int = 3
-    seed: int = 0
-    hidden_sizes: Tuple[int, ...] = (512, 256)
-    synchronized_batch_norm: bool = True
+    seed: int = field(0, "fixes the data split, data order and initial weights")
+    hidden_sizes: Tuple[int, ...] = field((512, 256), "widths of the Dense-BatchNorm-ReLU blocks, comma-separated")
+    synchronized_batch_norm: bool = field(True, "batch-norm statistics over the global batch (else per replica)")
     held_out_fraction: float = 0.2
 
     _POSITIVE_INTS = ("global_batch_size", "num_steps", "log_period", "eval_period",
@@ -98,17 +99,3 @@ class SupervisedConfig:
             raise ValueError(
                 f"global_batch_size {self.global_batch_size} does not split over {num_replicas} "
                 f"replicas; set --global-batch-size to a multiple of {num_replicas} (e.g. {fixed})")
-
-    def replace(self, **changes: Any) -> "SupervisedConfig":
-        """Returns a validated copy with ``changes`` applied (TypeError on unknown fields)."""
-        names = {f.name for f in dataclasses.fields(self)}
-        unknown = sorted(set(changes) - names)
-        if unknown:
-            raise TypeError(f"unknown SupervisedConfig field(s) {unknown}; valid fields: {sorted(names)}")
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> Dict[str, Any]:
-        """Plain, JSON-serialisable dict; ``SupervisedConfig(**cfg.to_dict())`` round-trips."""
-        out = dataclasses.asdict(self)
-        out["hidden_sizes"] = list(out["hidden_sizes"])
-        return out

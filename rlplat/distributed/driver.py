@@ -205,6 +205,7 @@ class Driver:
                 tensorboard=role != "driver")
 
     def _write_run_info(self) -> None:
+        from rlplat import agent_spec  # pylint: disable=g-import-not-at-top
         from rlplat.utils import loggers  # pylint: disable=g-import-not-at-top
         from rlplat.utils import run_info  # pylint: disable=g-import-not-at-top
 
@@ -212,7 +213,8 @@ class Driver:
         config = {**exp.config_record(), "num_learner_replicas": workers.num_replicas,
                   "layout": dataclasses.asdict(self.layout)}
         run_info.write_run_info(self.logdir, config, extra={
-            "layout": "ray", "builder": type(exp.builder).__name__,
+            "layout": "ray", "agent": agent_spec.agent_of_builder(exp.builder),
+            "builder": type(exp.builder).__name__,
             "ray_address": workers.connection.address, "ray_local": workers.connection.local,
             "placement": dataclasses.asdict(workers.plan), "colocate_replay": workers.colocate,
             "actor_seeds": [seeding.actor_seed(exp.seed, i) for i in range(exp.num_actors)],

@@ -136,25 +136,35 @@ class RayLayoutConfig:
         if self.actor_max_restarts < 0:
             raise ValueError(f"actor_max_restarts must be >= 0 (got {self.actor_max_restarts})")
         if self.num_learner_replicas is not None and self.num_learner_replicas < 1:
-            raise ValueError(f"--num-learner-replicas must be >= 1 (got {self.num_learner_replicas})")
+            raise ValueError(f"num_learner_replicas must be >= 1 (got {self.num_learner_replicas})")
         if self.num_learner_workers > 1 and self.num_learner_replicas not in (None, 1):
-            raise ValueError(f"--num-learner-replicas {self.num_learner_replicas} cannot be combined with "
-                             f"--num-learner-workers {self.num_learner_workers}: each learner worker uses "
-                             "all of its node's GPUs (or its CPU); drop --num-learner-replicas")
+            raise ValueError(f"num_learner_replicas {self.num_learner_replicas} cannot be combined with "
+                             f"num_learner_workers {self.num_learner_workers}: each learner worker uses "
+                             "all of its node's GPUs (or its CPU); drop num_learner_replicas")
         if self.debug_eager and (self.num_learner_workers > 1 or (self.num_learner_replicas or 1) > 1):
-            raise ValueError("--debug-eager runs the learner on one device: drop --num-learner-replicas "
-                             "and --num-learner-workers (or set them to 1)")
+            raise ValueError("debug_eager runs the learner on one device: drop num_learner_replicas "
+                             "and num_learner_workers")
+        self._check_address()
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if f.name.endswith("_s") and value is not None and not value > 0:
                 raise ValueError(f"{f.name} must be > 0 (got {getattr(self, f.name)})")
         if self.num_replay_shards > 1 and (self.colocate_replay or self.replay_checkpoint):
-            flag = "colocate_replay=True" if self.colocate_replay else "--replay-checkpoint"
-            raise ValueError(f"--num-replay-shards {self.num_replay_shards} runs each shard in its own process "
-                             f"and does not checkpoint replay yet: drop {flag} or use one shard")
+            field = "colocate_replay" if self.colocate_replay else "replay_checkpoint"
+            raise ValueError(f"num_replay_shards {self.num_replay_shards} runs each shard in its own process "
+                             f"and does not checkpoint replay yet: drop {field} or use one shard")
         if self.num_learner_workers > 1 and self.colocate_replay:
-            raise ValueError(f"--num-learner-workers {self.num_learner_workers} needs replay in its own "
-                             "process: drop colocate_replay=True or use one learner worker")
+            raise ValueError(f"num_learner_workers {self.num_learner_workers} needs replay in its own "
+                             "process: drop colocate_replay or use one learner worker")
+
+    def _check_address(self) -> None:
+        host, sep, port = (self.address or "").rpartition(":")
+        if self.address not in (None, "auto") and not (sep and host and port.isdigit() and 0 < int(port) < 65536):
+            raise ValueError(f"address must be 'auto' or HOST:PORT (got {self.address!r}); e.g. "
+                             "address 127.0.0.1:6379")
+        if self.allow_unauthenticated_ray and self.address is None:
+            raise ValueError("allow_unauthenticated_ray only applies with address (a local run always uses "
+                             "token authentication); drop it")
 
 
     def _check_placement(self) -> None:
@@ -162,9 +172,8 @@ class RayLayoutConfig:
 
         for name in ("actor_resources", "learner_resources"):
             if getattr(self, name) is not None:  # validated, and a plain dict from here on
-                flag = "--" + name.replace("_", "-")
-                object.__setattr__(self, name, resources.check_custom_resources(flag, getattr(self, name)))
+                object.__setattr__(self, name, resources.check_custom_resources(name, getattr(self, name)))
         for name in ("actor_cpus", "learner_cpus"):
             value = getattr(self, name)
             if value is not None and not (isinstance(value, (int, float)) and 0 < value < math.inf):
-                raise ValueError(f"--{name.replace('_', '-')} must be > 0 (got {value})")
+                raise ValueError(f"{name} must be > 0 (got {value})")

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import sys
 from typing import Any, Dict, Iterable, Mapping, NoReturn, Optional
 
 from rlplat import run_dir
+from rlplat import seeding
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -66,19 +68,37 @@ def add_run_flags(parser: argparse.ArgumentParser, agent: str) -> None:
                         help="show a progress bar (default: only on a terminal)")
 
 
-MAX_SEED = 2**32 - 1  # NumPy's legacy seeds and MuJoCo tasks' RandomState take no more
+MAX_SEED = seeding.MAX_SEED
 
 
 def check_run_flags(args: argparse.Namespace, agent: str) -> str:
-    """Validates the run flags; returns the run directory."""
+    """Validates the run flags of an in-process run; returns the run directory."""
     if args.num_replicas is not None and args.num_replicas < 1:
         raise UsageError(f"--num-replicas must be >= 1 (got {args.num_replicas}); pass 1 or more")
-    if args.resume and not args.logdir:
+    return run_logdir(args.logdir, args.resume, agent)
+
+
+def run_logdir(logdir: Optional[str], resume: bool, agent: str) -> str:
+    """``--logdir``, or a new run's default name; ``--resume`` needs it given."""
+    if resume and not logdir:
         raise UsageError("--resume needs --logdir DIR naming the run to continue "
                          f"(e.g. --logdir runs/{agent}-20260101-120000)")
-    if args.logdir:
-        return args.logdir
-    return run_dir.default_name(agent)
+    return logdir or run_dir.default_name(agent)
+
+
+def as_flags(message: str, names: Iterable[str], renamed: Optional[Mapping[str, str]] = None) -> str:
+    """``message`` with each field name in ``names`` spelled as its flag.
+
+    Library objects raise in their own field names; this is the one place
+    the command line turns them into flags (``n_step`` -> ``--n-step``, or
+    ``renamed[name]`` where the flag is not the field's name).
+    """
+    flags = {name: "--" + name.replace("_", "-") for name in names}
+    flags.update(renamed or {})
+    if not flags:
+        return message
+    pattern = r"(?<![-\w])(" + "|".join(sorted(map(re.escape, flags), key=len, reverse=True)) + r")\b"
+    return re.sub(pattern, lambda m: flags[m.group(1)], message)
 
 
 # ------------------------------------------------------------- placement flags
@@ -110,10 +130,6 @@ def add_placement_flags(parser: argparse.ArgumentParser) -> None:
 
 def placement_from_args(args: argparse.Namespace) -> Dict[str, Any]:
     """``RayLayoutConfig`` keyword arguments for the placement flags that were given."""
-    for name in ("actor_cpus", "learner_cpus"):
-        value = getattr(args, name, None)
-        if value is not None and not 0 < value < float("inf"):
-            raise UsageError(f"--{name.replace('_', '-')} must be > 0 (got {value:g})")
     return {name: getattr(args, name) for name in PLACEMENT_FLAGS if getattr(args, name, None) is not None}
 
 
@@ -156,7 +172,8 @@ def add_config_flags(parser: argparse.ArgumentParser, config_cls: type,
                                 action=argparse.BooleanOptionalAction, help=f"{text} (default: {default})")
             continue
         else:
-            kind, shown = type(default), default
+            kind, shown = field.metadata.get("kind", type(default)), default
+        shown = field.metadata.get("shown", shown)
         parser.add_argument("--" + name.replace("_", "-"), dest=name, type=kind, default=None,
                             metavar=name.split("_")[-1].upper(), help=f"{text} (default: {shown})")
 

@@ -9,19 +9,21 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Callable, Dict, Mapping
+from typing import Any, Mapping
 
 from rlplat import run_dir
+from rlplat.agent_spec import AgentSpec
 from rlplat.launch import common
 from rlplat.launch import preflight
 
 
-def run_in_process(args: argparse.Namespace, agent: str, config, shape_fields, train) -> int:
-    """The checks and run-directory handling of a workload trained in this process.
+def run_in_process(args: argparse.Namespace, spec: AgentSpec, config: Any) -> int:
+    """The checks and run-directory handling of an agent trained in this process (``spec.train``).
 
-    ``train(args, config, logdir)`` runs it once every check passed (used by
-    ``train supervised`` and ``train gan``).
+    Its agent is recorded in ``run_info.json`` before training starts, so
+    that ``--resume``, ``eval`` and ``status`` read it.
     """
+    agent = spec.name
     logdir = common.check_run_flags(args, agent)
     if args.debug_eager and (args.num_replicas or 1) > 1:
         raise common.UsageError("--debug-eager runs on one device: drop --num-replicas")
@@ -32,13 +34,15 @@ def run_in_process(args: argparse.Namespace, agent: str, config, shape_fields, t
             raise common.UsageError(str(e)) from None
     preflight.check_logdir(logdir, args.resume)
     if args.resume:
-        preflight.check_resume(logdir, agent, config.to_dict(), shape_fields)
+        preflight.check_resume(logdir, agent, config.to_dict(), spec.shapes(config))
     # Created only now that every check passed (and before TF loads); removed
     # again if the run stops before writing anything into it.
     created = [] if args.resume else preflight.make_logdir(logdir)
     try:
         with run_dir.RunLock(logdir):  # the one writer of this run directory
-            return train(args, config, logdir)
+            if not args.resume:
+                run_dir.record_agent(logdir, agent)
+            return train(args, config, logdir, spec)
     except run_dir.RunDirLocked as e:
         raise common.UsageError(f"--logdir: {e}") from None
     finally:
@@ -55,23 +59,20 @@ def add_arguments(parser: argparse.ArgumentParser, agent: str, config_class: typ
                              "so a breakpoint() in it stops in this terminal; slow, for development")
 
 
-def train(args: argparse.Namespace, config: Any, logdir: str, load_train: Callable[[], Any],
-          describe: Callable[[Dict[str, Any]], str]) -> int:
-    """TensorFlow set up for ``--num-replicas``, then ``load_train().train(...)``; prints ``describe(summary)``.
-
-    ``load_train`` imports the agent's training module (it imports TF, so only now).
-    """
+def train(args: argparse.Namespace, config: Any, logdir: str, spec: AgentSpec) -> int:
+    """TensorFlow set up for ``--num-replicas``, then the spec's ``train(...)``; prints its ``describe``."""
     common.setup_tensorflow(args.num_replicas)
     from rlplat.replication import ReplicationError  # pylint: disable=g-import-not-at-top
 
     print(f"{'resuming' if args.resume else 'run'} in {logdir}", flush=True)
     try:
-        summary = load_train().train(config, args.num_replicas, logdir, resume=args.resume,
-                                     progress=args.progress, debug_eager=args.debug_eager)
+        summary = spec.train_module().train(config, args.num_replicas, logdir, resume=args.resume,
+                                            progress=args.progress, debug_eager=args.debug_eager)
     except ReplicationError as e:  # a device/cluster setting, found while building the strategy
         raise common.UsageError(str(e)) from None
     except FloatingPointError as e:  # the NaN guard stopped the run; the weights are still finite
         sys.stderr.write(f"rlplat: error: {e}; logs and checkpoints in {logdir}\n")
         return common.EXIT_FAILURE
-    print(describe(summary), flush=True)
+    if spec.describe is not None:
+        print(spec.describe({**summary, "logdir": logdir}), flush=True)
     return common.EXIT_OK

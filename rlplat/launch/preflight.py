@@ -23,13 +23,12 @@ any run directory is created or touched.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from rlplat import run_dir
-from rlplat.launch import agent_registry
+from rlplat import agent_spec
 from rlplat.launch.common import UsageError
 # Builder class names in run_info.json -> agent (the `rlplat train` sub-command).
 # ------------------------------------------------------------------ logdir
@@ -54,19 +53,17 @@ def check_logdir(logdir: str, resume: bool) -> None:
             run_dir.check_run_files(logdir)
         except run_dir.RunDirError as e:
             raise UsageError(f"--resume: {e}") from None
-        if run_dir.latest_step(logdir, verify=False) is None:
-            raise UsageError(f"--resume found no checkpoint in {run_dir.checkpoints_dir(logdir)}; check "
-                             "--logdir, or drop --resume and choose a new --logdir to start a new run")
-        if run_dir.latest_step(logdir) is None:
-            raise UsageError(f"--resume: every checkpoint in {run_dir.checkpoints_dir(logdir)} is damaged "
-                             "(its files do not match their manifest); restore them from a backup, or "
-                             "start a new run in another --logdir")
+        try:
+            run_dir.start_step(logdir, resume=True)  # the run directory's own rule
+        except run_dir.RunDirError as e:
+            raise UsageError(f"--resume {e} (--logdir)") from None
         _check_writable(logdir, logdir)
         return
     if os.path.isdir(logdir):
-        if run_dir.latest_step(logdir, verify=False) is not None:
-            raise UsageError(f"{logdir} already holds a run with checkpoints; pass --resume to "
-                             "continue it or choose a new --logdir")
+        try:
+            run_dir.start_step(logdir, resume=False)
+        except run_dir.RunDirError as e:
+            raise UsageError(f"--logdir {e} (--resume)") from None
         found = run_dir.holds_run(logdir)
         if found:
             raise UsageError(f"{logdir} already holds a run's logs ({', '.join(found)}) but no "
@@ -135,27 +132,9 @@ def remove_if_empty(created: Sequence[str]) -> None:
 
 
 # ------------------------------------------------------------------ resume
-def run_agent(logdir: str, stored: Mapping[str, Any]) -> Optional[str]:
-    """Which ``rlplat train`` agent wrote the run in ``logdir`` (config.json ``stored``), or None."""
-    try:
-        with open(run_dir.run_info_path(logdir), encoding="utf-8") as f:
-            builder = json.load(f).get("builder")
-        builders = agent_registry.builder_agents()
-        if builder in builders:
-            return builders[builder]
-    except (OSError, ValueError, AttributeError):
-        pass
-    nested = stored.get("agent") if isinstance(stored.get("agent"), dict) else None
-    best, best_score = None, 0.5  # at least half the keys in common
-    for agent, (cls, is_nested) in agent_registry.config_classes().items():
-        if is_nested != (nested is not None):
-            continue
-        keys = set(nested if is_nested else stored)
-        names = {f.name for f in dataclasses.fields(cls)}
-        score = len(keys & names) / max(1, len(keys | names))
-        if score > best_score:
-            best, best_score = agent, score
-    return best
+def run_agent(logdir: str) -> Optional[str]:
+    """The agent that wrote the run in ``logdir``, as its ``run_info.json`` records it, or None."""
+    return agent_spec.agent_of_record(run_dir.recorded_agent(logdir))
 
 
 def check_resume(logdir: str, agent: str, new_config: Mapping[str, Any], shape_fields: Sequence[str],
@@ -184,10 +163,11 @@ def check_resume(logdir: str, agent: str, new_config: Mapping[str, Any], shape_f
     except (OSError, ValueError) as e:
         raise UsageError(f"--resume: cannot read {path} ({e}); restore it from a backup, "
                          "or choose a new --logdir") from None
-    stored_agent = run_agent(logdir, stored)
+    stored_agent = run_agent(logdir)
     if stored_agent is None:
-        raise UsageError(f"--resume: {path} does not look like the config of an rlplat training run; "
-                         "check --logdir")
+        raise UsageError(f"--resume: {run_dir.run_info_path(logdir)} does not say which agent wrote the run, "
+                         "so it cannot be resumed safely; check --logdir, or start a new run in another "
+                         "--logdir")
     if stored_agent != agent:
         raise UsageError(f"--resume: {logdir} holds a {stored_agent} run, not {agent}; continue it with "
                          f"`rlplat train {stored_agent} --resume --logdir {logdir}`, or start a new "

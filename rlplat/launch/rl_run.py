@@ -1,11 +1,13 @@
-"""Flags, checks and the run loop shared by the actor-learner trainers (D4PG, IMPALA).
+"""Flags, checks and the run loop shared by the actor-learner agents (D4PG, DDPG, IMPALA).
 
 Every RL agent takes the same run flags (where to run, how long, logs,
-placement); only its config flags and its builder differ. A trainer module
-calls ``add_run_flags`` plus ``common.add_config_flags`` in ``add_arguments``
-and, in ``run``: ``check_run_args`` (flags and ``--logdir``), its config,
-``check_config`` (batch split, ``--resume`` against the run's config.json),
-``check_env`` (name, and the agent's action kind), then ``run_agent``.
+placement); only its config flags and its builder differ (``agent_command``
+adds both from its ``AgentSpec``). Before Ray: ``check_run_args`` (the flags
+no object checks), the agent's config, ``describe_run`` (the ``Experiment``
+and ``RayLayoutConfig``, each checked by its own rules, which raise in field
+names that ``common.as_flags`` spells as flags), ``check_run_dir``
+(``--logdir``, ``--resume`` against the run) and ``check_env``; then
+``run_agent``.
 
 Every bad input is refused by these checks with one line and exit code 2
 before Ray starts and before the run directory is created: cheap checks
@@ -15,14 +17,13 @@ first, the environment (dm_control, ~2 s) last.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import signal
 import sys
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, NamedTuple, Sequence
 
-from rlplat import config_fields as fields
-from rlplat import replay_shards
 from rlplat.distributed import process  # environment settings only: no Ray, no TensorFlow
 from rlplat.launch import common
 from rlplat.launch import preflight
@@ -93,102 +94,78 @@ def add_run_flags(parser: argparse.ArgumentParser, agent: str, default_env: str,
     common.add_placement_flags(parser)
 
 
-def check_run_args(args: argparse.Namespace, agent: str) -> str:
-    """Checks every run flag and ``--logdir`` before Ray or TF start; returns the logdir.
+# Experiment fields whose flag is not the field's own name; every other field
+# of Experiment, RayLayoutConfig and the agent's config is its flag with dashes.
+RENAMED_FIELDS = {"eval_every_actor_steps": "--eval-every-steps", "eval_every_s": "--eval-period",
+                  "checkpoint_every_s": "--checkpoint-period", "video_every_evals": "--video-every",
+                  "logdir": "--logdir", "resume": "--resume"}
 
-    Reads the file system only (no environment, no TensorFlow): see
-    ``check_config`` and ``check_env`` for the rest.
+
+class PreparedRun(NamedTuple):
+    """A run every check passed: where it writes, what it is, where it runs."""
+
+    logdir: str
+    experiment: Any
+    layout: Any
+
+
+def check_run_args(args: argparse.Namespace, agent: str) -> str:
+    """The run flags that have no object to check them, before Ray or TF start; returns the logdir.
+
+    Fills the run settings no flag gave (``resolve_run_settings``). The
+    values themselves are checked where they live, by ``describe_run``.
 
     Raises:
       common.UsageError: one line naming the flag to fix.
     """
     resolve_run_settings(args)
-    for flag in ("num_actors", "num_learner_workers", "action_repeat", "eval_episodes"):
-        if getattr(args, flag) < 1:
-            raise common.UsageError(f"--{flag.replace('_', '-')} must be >= 1 "
-                                    f"(got {getattr(args, flag)})")
-    if args.num_learner_replicas is not None and args.num_learner_replicas < 1:
-        raise common.UsageError(f"--num-learner-replicas must be >= 1 (got {args.num_learner_replicas})")
-    if args.num_learner_workers > 1 and args.num_learner_replicas not in (None, 1):
-        raise common.UsageError(
-            f"--num-learner-replicas {args.num_learner_replicas} cannot be combined with "
-            f"--num-learner-workers {args.num_learner_workers}: each learner worker uses all of its "
-            "node's GPUs (or its CPU); drop --num-learner-replicas")
-    if args.debug_eager and (args.num_learner_workers > 1 or (args.num_learner_replicas or 1) > 1):
-        raise common.UsageError("--debug-eager runs the learner on one device: drop "
-                                "--num-learner-replicas and --num-learner-workers")
-    if args.envs_per_actor < 1:
-        raise common.UsageError(f"--envs-per-actor must be >= 1 (got {args.envs_per_actor}); 1 steps one "
-                                "environment per actor")
-    try:
-        replay_shards.check_shards(args.num_actors, args.num_replay_shards)
-    except ValueError as e:
-        raise common.UsageError(str(e)) from None
-    if args.num_replay_shards > 1 and args.replay_checkpoint:
-        raise common.UsageError(f"--replay-checkpoint works with one replay server; drop it or "
-                                f"--num-replay-shards {args.num_replay_shards}")
-    if args.video_every < 0:
-        raise common.UsageError(f"--video-every must be >= 0 (got {args.video_every}); 0 records no video")
-    if args.video_every and args.env.startswith("gym:"):
-        raise common.UsageError(f"--video-every: {args.env} has no MuJoCo scene to render (gym: tasks "
-                                "cannot be recorded); drop --video-every or pick a control-suite task")
-    if args.max_actor_steps is not None and args.max_actor_steps < 1:
-        raise common.UsageError(f"--max-actor-steps must be >= 1 (got {args.max_actor_steps}); "
-                                "leave it out to run until interrupted")
-    if not 0 <= args.seed <= common.MAX_SEED:
-        raise common.UsageError(f"--seed must be in 0..{common.MAX_SEED} (got {args.seed}), the range "
-                                "MuJoCo's and NumPy's seeds take")
-    if args.max_actor_steps is not None and args.max_actor_steps > fields.INT64_MAX:
-        raise common.UsageError(f"--max-actor-steps must fit in 64 bits (got {args.max_actor_steps}); "
-                                "leave it out to run until interrupted")
-    for flag in ("eval_period", "checkpoint_period"):
-        value = getattr(args, flag)
-        if not 0 < value <= fields.FLOAT32_MAX:
-            raise common.UsageError(f"--{flag.replace('_', '-')} must be a number of seconds > 0 "
-                                    f"(got {value:g})")
     if args.eval_every_steps is not None and args.eval_every_steps < 1:
         raise common.UsageError(f"--eval-every-steps must be >= 1 (got {args.eval_every_steps}); "
                                 "leave it out to evaluate every --eval-period seconds")
-    if args.target_eval_return is not None and not abs(args.target_eval_return) <= fields.FLOAT32_MAX:
-        raise common.UsageError(f"--target-eval-return must be a finite number "
-                                f"(got {args.target_eval_return:g}); leave it out to never stop early")
-    if args.address not in (None, "auto") and not common.looks_like_host_port(args.address):
-        raise common.UsageError(f"--address must be 'auto' or HOST:PORT (got {args.address!r}); "
-                                "e.g. --address 127.0.0.1:6379")
-    if args.allow_unauthenticated_ray and args.address is None:
-        raise common.UsageError("--allow-unauthenticated-ray only applies with --address (a local "
-                                "run always uses token authentication); drop it")
     allocator_problem = process.allocator_setting_problem()
     if allocator_problem:
         raise common.UsageError(allocator_problem)
-    common.placement_from_args(args)
-    logdir = common.check_run_flags(
-        argparse.Namespace(num_replicas=args.num_learner_replicas, resume=args.resume,
-                           logdir=args.logdir), agent)
-    preflight.check_logdir(logdir, args.resume)
+    logdir = common.run_logdir(args.logdir, args.resume, agent)
     if args.replay_checkpoint is None:  # a resumed run keeps what config.json recorded
         args.replay_checkpoint = args.resume and preflight.stored_replay_checkpoint(logdir)
     return logdir
 
 
-def check_config(args: argparse.Namespace, logdir: str, agent: str, config: Any,
-                 shape_fields: Sequence[str], replay_fields: Sequence[str] = ()) -> None:
-    """The agent config against the run flags: the batch split, and ``--resume`` against the run.
+def describe_run(args: argparse.Namespace, logdir: str, builder: Any) -> PreparedRun:
+    """The ``Experiment`` and ``RayLayoutConfig`` the flags describe, each checked by its own rules.
+
+    Imports no Ray and no TensorFlow. The objects raise in their field names;
+    here those become flags.
 
     Raises:
-      common.UsageError: the global batch does not split over the learner
-        replicas or workers, or ``--resume`` changes the agent, ``--env`` or
-        a network-shape flag (``shape_fields``) of the run in ``logdir``, or,
-        restoring a replay checkpoint, a flag its tables were built from
-        (``replay_fields``).
+      common.UsageError: one line naming the flag to fix.
     """
-    batch = config.global_batch_size
-    for flag, count in (("--num-learner-replicas", args.num_learner_replicas),
-                        ("--num-learner-workers", args.num_learner_workers)):
-        if count and batch % count:
-            raise common.UsageError(
-                f"--global-batch-size {batch} does not split over {flag} {count}; use a multiple "
-                f"of {count} such as {max(count, batch - batch % count)}")
+    from rlplat.distributed.layout_config import RayLayoutConfig  # pylint: disable=g-import-not-at-top  (no Ray)
+    from rlplat.experiment import Experiment  # pylint: disable=g-import-not-at-top
+    from rlplat.runners.on_ray import check_run  # pylint: disable=g-import-not-at-top  (no Ray)
+
+    try:
+        layout = RayLayoutConfig(**layout_kwargs_from_args(args))
+        experiment = experiment_from_args(args, logdir, builder)
+        check_run(experiment, layout)
+    except ValueError as e:
+        names = {f.name for cls in (RayLayoutConfig, Experiment) for f in dataclasses.fields(cls)}
+        names = names - {"builder", "environment"} | {"global_batch_size"}  # check_run names the batch
+        raise common.UsageError(common.as_flags(str(e), names, RENAMED_FIELDS)) from None
+    return PreparedRun(logdir, experiment, layout)
+
+
+def check_run_dir(args: argparse.Namespace, logdir: str, agent: str, config: Any,
+                  shape_fields: Sequence[str], replay_fields: Sequence[str] = ()) -> None:
+    """``--logdir`` and ``--resume`` against the run directory, last of the cheap checks.
+
+    Raises:
+      common.UsageError: the directory cannot be used, or ``--resume``
+        changes the agent, ``--env`` or a network-shape flag
+        (``shape_fields``) of the run in ``logdir``, or, restoring a replay
+        checkpoint, a flag its tables were built from (``replay_fields``).
+    """
+    preflight.check_logdir(logdir, args.resume)
     if args.resume:
         preflight.check_resume(logdir, agent, config.to_dict(), shape_fields, env=args.env)
         if args.replay_checkpoint:
@@ -236,9 +213,8 @@ def check_env(name: str, agent: str, continuous_actions: bool = False) -> None:
             "such as cartpole:swingup or gym:Pendulum-v1")
 
 
-def run_agent(args: argparse.Namespace, logdir: str, make_builder: Callable[[], Any],
-              layout_overrides: Optional[Dict[str, Any]] = None) -> int:
-    """Runs ``make_builder()`` under ``run_on_ray`` with the run flags; returns the exit code.
+def run_agent(args: argparse.Namespace, prepared: PreparedRun) -> int:
+    """Runs a prepared run under ``run_on_ray``; returns the exit code.
 
     Exit codes: 0 done, 1 run failed, 2 usage (raised as UsageError), 130/143
     interrupted by SIGINT/SIGTERM (logs and checkpoints kept). While the
@@ -246,12 +222,13 @@ def run_agent(args: argparse.Namespace, logdir: str, make_builder: Callable[[], 
     before and after it, SIGTERM unwinds like Ctrl-C (``Terminated``) so the
     exit code is 143 and an empty run directory is removed.
     """
+    logdir = prepared.logdir
     # Created only now that every check passed (and before TF and Ray load);
     # removed again if the run stops before writing anything into it.
     created = [] if args.resume else preflight.make_logdir(logdir)
     saved = _unwind_on_sigterm()
     try:
-        summary = _run_on_ray(args, logdir, make_builder, layout_overrides)
+        summary = _run_on_ray(args, prepared)
     finally:
         preflight.remove_if_empty(created)
         if saved is not None:
@@ -369,29 +346,23 @@ def layout_kwargs_from_args(args: argparse.Namespace) -> Dict[str, Any]:
                 **common.placement_from_args(args))
 
 
-def _run_on_ray(args: argparse.Namespace, logdir: str, make_builder: Callable[[], Any],
-                layout_overrides: Optional[Dict[str, Any]]):
-    """``run_on_ray`` with the run flags: its summary, or an exit code when it failed."""
+def _run_on_ray(args: argparse.Namespace, prepared: PreparedRun):
+    """``run_on_ray`` of a prepared run: its summary, or an exit code when it failed."""
     # Ray only now: usage errors found earlier are reported before paying for
     # it. The driver itself needs no TensorFlow (its TensorBoard writer is
     # TF-free); the workers import it in their own processes.
     from rlplat.distributed import cluster  # pylint: disable=g-import-not-at-top
     from rlplat.distributed.errors import RunFailedError, RunInterrupted  # pylint: disable=g-import-not-at-top
-    from rlplat.runners import RayLayoutConfig, run_on_ray  # pylint: disable=g-import-not-at-top
+    from rlplat.runners import run_on_ray  # pylint: disable=g-import-not-at-top
 
+    print(f"{'resuming' if args.resume else 'run'} in {prepared.logdir}", flush=True)
     try:
-        layout = RayLayoutConfig(**layout_kwargs_from_args(args), **dict(layout_overrides or {}))
-        experiment = experiment_from_args(args, logdir, make_builder())
-    except ValueError as e:
-        raise common.UsageError(str(e)) from None
-    print(f"{'resuming' if args.resume else 'run'} in {logdir}", flush=True)
-    try:
-        return run_on_ray(experiment, layout)
+        return run_on_ray(prepared.experiment, prepared.layout)
     except (ValueError, cluster.ClusterConnectionError) as e:
         raise common.UsageError(str(e)) from None
     except RunFailedError as e:
         sys.stderr.write(f"rlplat: error: {e}\n")
         return common.EXIT_FAILURE
     except RunInterrupted as e:
-        sys.stderr.write(f"rlplat: {e}; logs and checkpoints in {logdir}\n")
+        sys.stderr.write(f"rlplat: {e}; logs and checkpoints in {prepared.logdir}\n")
         return e.exit_code

@@ -30,14 +30,15 @@ import copy
 import csv
 import dataclasses
 import datetime
-import importlib
+import functools
 import itertools
 import os
 import re
 import sys
 from typing import Any, Dict, List, Sequence, Tuple
 
-from rlplat.launch import agent_registry
+from rlplat.agent_spec import AgentSpec
+from rlplat.launch import agent_command
 from rlplat.launch import common
 
 NAME = "sweep"
@@ -49,17 +50,17 @@ DEFAULT_ACTOR_CPUS = 0.5
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     subs = parser.add_subparsers(title="agents", dest="agent", required=True, parser_class=common.Parser)
     try:
-        modules = agent_registry.ray_commands()
-    except agent_registry.NoAgentsError as e:
+        specs = {name: spec for name, spec in agent_command.agents().items() if spec.on_ray}
+    except common.UsageError as e:
         common.fail(str(e))
-    for module in modules.values():
-        sub = subs.add_parser(module.NAME, help=f"sweep {module.NAME}",
-                              description=f"Seeds and a grid of {module.NAME} config values on Ray Tune.")
-        module.add_arguments(sub)
+    for spec in specs.values():
+        sub = subs.add_parser(spec.name, help=f"sweep {spec.name}",
+                              description=f"Seeds and a grid of {spec.name} config values on Ray Tune.")
+        agent_command.add_arguments(sub, spec)
         for action in sub._actions:  # pylint: disable=protected-access  (the shared flags' sweep meaning)
             if action.dest == "logdir":
                 action.help = (f"sweep directory, one run directory per trial inside (default: "
-                               f"runs/sweep-{module.NAME}-<timestamp>)")
+                               f"runs/sweep-{spec.name}-<timestamp>)")
             elif action.dest == "seed":
                 action.help = "first seed; --seeds N runs seeds SEED .. SEED+N-1 (default: 0)"
         sweep = sub.add_argument_group("sweep")
@@ -68,26 +69,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         sweep.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2",
                            help="config values to try, e.g. sigma=0.2,0.3 or critic-layer-sizes=64:64,"
                                 "128:128 (list values use ':'); repeat for a product")
-        sub.set_defaults(run=run, sweep_agent=module.__name__)
+        sub.set_defaults(run=functools.partial(run, spec))
 
 
-def _parse_grid(entries: Sequence[str], module) -> List[Tuple[str, List[str]]]:
+def _parse_grid(entries: Sequence[str], spec: AgentSpec) -> List[Tuple[str, List[str]]]:
     grid = []
     for entry in entries:
         field, sep, values = entry.partition("=")
         field = field.strip().lstrip("-").replace("-", "_")
         if not sep or not values.strip():
             raise common.UsageError(f"--grid {entry!r}: use FIELD=V1,V2 (e.g. --grid sigma=0.2,0.3)")
-        if field not in module.CONFIG_FLAGS:
-            known = ", ".join(sorted(module.CONFIG_FLAGS))
-            raise common.UsageError(f"--grid {entry!r}: {field} is not a {module.NAME} config flag; "
+        if field not in spec.flag_helps():
+            known = ", ".join(sorted(spec.flag_helps()))
+            raise common.UsageError(f"--grid {entry!r}: {field} is not a {spec.name} config flag; "
                                     f"use one of: {known}")
         if any(f == field for f, _ in grid):
             raise common.UsageError(f"--grid names {field} twice; give all its values in one --grid")
         texts = [v.strip().replace(":", ",") for v in values.split(",") if v.strip()]
         typed: Dict[Any, str] = {}
         for text in texts:
-            value = _typed(module, field, text)
+            value = _typed(spec, field, text)
             key = tuple(value) if isinstance(value, list) else value
             if key in typed:
                 raise common.UsageError(f"--grid {entry!r}: {typed[key]} and {text} are the same value of "
@@ -98,15 +99,15 @@ def _parse_grid(entries: Sequence[str], module) -> List[Tuple[str, List[str]]]:
     return grid
 
 
-def _typed(module, field: str, text: str) -> Any:
+def _typed(spec: AgentSpec, field: str, text: str) -> Any:
     """``text`` as the agent's own ``--field`` flag would parse it."""
-    default = next(f.default for f in dataclasses.fields(module.CONFIG_CLASS) if f.name == field)
+    default = next(f.default for f in dataclasses.fields(spec.config_class) if f.name == field)
     if isinstance(default, bool):
         if text.lower() not in ("true", "false"):
             raise common.UsageError(f"--grid {field}={text}: use true or false")
         return text.lower() == "true"
-    parser = common.Parser(prog=f"rlplat sweep {module.NAME} --grid {field}")
-    common.add_config_flags(parser, module.CONFIG_CLASS, {field: ""})
+    parser = common.Parser(prog=f"rlplat sweep {spec.name} --grid {field}")
+    common.add_config_flags(parser, spec.config_class, {field: ""})
     return getattr(parser.parse_args(["--" + field.replace("_", "-"), text]), field)
 
 
@@ -115,16 +116,16 @@ def _trial_name(overrides: Dict[str, str], seed: int) -> str:
     return re.sub(r"[^A-Za-z0-9=.,_-]", "_", ",".join(parts + [f"seed{seed}"]))
 
 
-def run(args: argparse.Namespace) -> int:
-    module = importlib.import_module(args.sweep_agent)
+def run(spec: AgentSpec, args: argparse.Namespace) -> int:
+    """Every trial checked as ``rlplat train`` checks it, then the trials on Ray Tune; the exit code."""
     if args.seeds < 1:
         raise common.UsageError(f"--seeds must be >= 1 (got {args.seeds})")
     if args.resume:
         raise common.UsageError("rlplat sweep does not resume; resume a trial with "
                                 "`rlplat train <agent> --resume --logdir <sweep dir>/<trial>`")
-    grid = _parse_grid(args.grid, module)
+    grid = _parse_grid(args.grid, spec)
     sweep_dir = os.path.abspath(args.logdir or os.path.join(
-        "runs", f"sweep-{module.NAME}-{datetime.datetime.now():%Y%m%d-%H%M%S}"))
+        "runs", f"sweep-{spec.name}-{datetime.datetime.now():%Y%m%d-%H%M%S}"))
     if os.path.lexists(sweep_dir) and not os.path.isdir(sweep_dir):
         raise common.UsageError(f"--logdir {sweep_dir} is a file, not a directory; name a new sweep directory")
     if os.path.isdir(sweep_dir) and os.listdir(sweep_dir):
@@ -139,23 +140,21 @@ def run(args: argparse.Namespace) -> int:
         for seed in range(args.seed, args.seed + args.seeds):
             trial = copy.copy(args)
             for field, text in overrides.items():
-                setattr(trial, field, _typed(module, field, text))
+                setattr(trial, field, _typed(spec, field, text))
             trial.seed = seed
             trial.learner_cpus, trial.actor_cpus = learner_cpus, actor_cpus
             trial.logdir = os.path.join(sweep_dir, _trial_name(overrides, seed))
-            logdir, make_builder = module.prepare(trial)
-            if any(logdir == other for _, other, _, _ in prepared):
-                raise common.UsageError(f"--grid: two trials would share {logdir}; give values that "
+            run = agent_command.prepare(spec, trial)
+            if any(run.logdir == other.logdir for other, _ in prepared):
+                raise common.UsageError(f"--grid: two trials would share {run.logdir}; give values that "
                                         "differ in more than punctuation")
-            prepared.append((trial, logdir, make_builder, overrides))
-    return _run(args, module, sweep_dir, prepared, trial_cpus)
+            prepared.append((run, overrides))
+    return _run(args, spec, sweep_dir, prepared, trial_cpus)
 
 
-def _run(args, module, sweep_dir: str, prepared, trial_cpus: float) -> int:
-    from rlplat.launch import rl_run  # pylint: disable=g-import-not-at-top
+def _run(args, spec: AgentSpec, sweep_dir: str, prepared, trial_cpus: float) -> int:
     from rlplat.distributed import cluster  # pylint: disable=g-import-not-at-top
     from rlplat.runners import sweep  # pylint: disable=g-import-not-at-top
-    from rlplat.distributed.layout_config import RayLayoutConfig  # pylint: disable=g-import-not-at-top
 
     os.makedirs(sweep_dir, exist_ok=True)
     try:
@@ -171,15 +170,10 @@ def _run(args, module, sweep_dir: str, prepared, trial_cpus: float) -> int:
                 f"--actor-cpus x --num-actors) but the Ray cluster has {total:g}; lower "
                 "--actor-cpus/--learner-cpus or --num-actors")
         specs = []
-        for trial, logdir, make_builder, overrides in prepared:
-            try:
-                layout = RayLayoutConfig(**rl_run.layout_kwargs_from_args(trial))
-                experiment = rl_run.experiment_from_args(trial, logdir, make_builder())
-            except ValueError as e:
-                raise common.UsageError(str(e)) from None
-            specs.append(sweep.TrialSpec(name=os.path.basename(logdir), experiment=experiment,
-                                         layout=layout, overrides=overrides))
-        print(f"sweep in {sweep_dir}: {len(specs)} trial(s) of {module.NAME} on {args.env}, "
+        for run, overrides in prepared:
+            specs.append(sweep.TrialSpec(name=os.path.basename(run.logdir), experiment=run.experiment,
+                                         layout=run.layout, overrides=overrides))
+        print(f"sweep in {sweep_dir}: {len(specs)} trial(s) of {spec.name} on {args.env}, "
               f"{trial_cpus:g} CPUs each, {min(concurrent, len(specs))} at once on {total:g} CPUs",
               flush=True)
         results = sweep.run_trials(specs, sweep_dir, concurrent)

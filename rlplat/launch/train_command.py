@@ -1,7 +1,8 @@
 """``rlplat train <agent>``: one sub-command per registered agent.
 
-Agents register their command modules under the ``rlplat.agents`` entry
-points (see ``agent_registry``); adding one edits nothing here.
+Agents register an ``AgentSpec`` under the ``rlplat.agents`` entry points
+(``rlplat.agent_spec``); ``agent_command`` makes each one a sub-command, so
+adding an agent edits nothing here.
 """
 
 from __future__ import annotations
@@ -12,14 +13,14 @@ NAME = "train"
 HELP = "train an agent"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from rlplat.launch import agent_registry  # pylint: disable=g-import-not-at-top
+    from rlplat.launch import agent_command  # pylint: disable=g-import-not-at-top
     from rlplat.launch import common  # pylint: disable=g-import-not-at-top
 
     try:
-        modules = agent_registry.agent_modules()
-    except agent_registry.NoAgentsError as e:
+        specs = agent_command.agents()
+    except common.UsageError as e:
         common.fail(str(e))
-    common.add_subcommands(parser, modules.values(), title="agents", dest="agent")
+    agent_command.add_agent_subcommands(parser, specs)
 
 
 def run(args: argparse.Namespace) -> int:  # never reached: each agent sets its own `run`

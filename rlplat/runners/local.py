@@ -212,14 +212,15 @@ class _LocalRun:
         self.eval_loop = EnvironmentLoop(eval_environment, self.eval_actor)
 
     def _open_logdir(self) -> None:
+        from rlplat import agent_spec  # pylint: disable=g-import-not-at-top
         from rlplat.utils import checkpointing  # pylint: disable=g-import-not-at-top
         from rlplat.utils import loggers  # pylint: disable=g-import-not-at-top
-
         from rlplat.utils import run_info  # pylint: disable=g-import-not-at-top
 
         exp = self.experiment
         run_info.write_run_info(exp.logdir, exp.config_record(), extra={
-            "layout": "local", "builder": type(exp.builder).__name__, "resumed_from_step": self.restored_step})
+            "layout": "local", "agent": agent_spec.agent_of_builder(exp.builder),
+            "builder": type(exp.builder).__name__, "resumed_from_step": self.restored_step})
         self.checkpointer = checkpointing.Checkpointer(
             run_dir.checkpoints_dir(exp.logdir), **self.learner.checkpointables())
         if self.restored_step is not None:

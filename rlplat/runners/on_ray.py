@@ -64,6 +64,27 @@ from rlplat.distributed.layout_config import RayLayoutConfig
 from rlplat.experiment import Experiment, RunResult
 
 
+def check_run(experiment: Experiment, layout: RayLayoutConfig) -> None:
+    """The rules that tie an experiment to its layout (each object checks its own fields).
+
+    Needs no Ray, so a command line can call it before starting anything.
+
+    Raises:
+      ValueError: in the objects' field names: the agent's global batch does
+        not split over the learner replicas or workers, or the actors do not
+        split over the replay shards.
+    """
+    if not isinstance(experiment, Experiment):
+        raise TypeError(f"run_on_ray takes an Experiment (got {type(experiment).__name__})")
+    batch = getattr(getattr(experiment.builder, "config", None), "global_batch_size", None)
+    for name, count in (("num_learner_replicas", layout.num_learner_replicas),
+                        ("num_learner_workers", layout.num_learner_workers)):
+        if isinstance(batch, int) and count and batch % count:
+            raise ValueError(f"global_batch_size {batch} does not split over {name} {count}; use a multiple "
+                             f"of {count} such as {max(count, batch - batch % count)}")
+    replay_shards.check_shards(experiment.num_actors, layout.num_replay_shards)
+
+
 def run_on_ray(experiment: Experiment, layout: Optional[RayLayoutConfig] = None, *,
                stop_event: Optional[threading.Event] = None) -> RunResult:
     """Runs ``experiment`` with actors, a learner and replay on Ray.
@@ -88,16 +109,8 @@ def run_on_ray(experiment: Experiment, layout: Optional[RayLayoutConfig] = None,
       RunFailedError: the learner or replay failed, or every actor was lost.
       RunInterrupted: SIGINT/SIGTERM (after a best-effort checkpoint and cleanup).
     """
-    if not isinstance(experiment, Experiment):
-        raise TypeError(f"run_on_ray takes an Experiment (got {type(experiment).__name__})")
     layout = RayLayoutConfig() if layout is None else layout
-    workers = layout.num_learner_workers
-    batch = getattr(getattr(experiment.builder, "config", None), "global_batch_size", None)
-    if workers > 1 and isinstance(batch, int) and batch % workers:
-        lower = max(workers, batch - batch % workers)
-        raise ValueError(f"--global-batch-size {batch} does not split over --num-learner-workers "
-                         f"{workers}; use a multiple of {workers} such as {lower}")
-    replay_shards.check_shards(experiment.num_actors, layout.num_replay_shards)
+    check_run(experiment, layout)
     if stop_event is not None and not callable(getattr(stop_event, "is_set", None)):
         raise ValueError(f"stop_event must be a threading.Event (got {type(stop_event).__name__})")
     logdir = experiment.logdir or run_dir.default_name("ray")

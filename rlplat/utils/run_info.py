@@ -73,6 +73,8 @@ def write_run_info(logdir: str, config: Mapping[str, Any],
         try:
             with open(path, encoding="utf-8") as f:
                 earlier = json.load(f)
+            if not record.get("agent") and earlier.get("agent"):
+                record["agent"] = earlier["agent"]  # recorded by the command that made the run
             record["previous"] = earlier.pop("previous", []) + [earlier]
         except (OSError, ValueError):
             pass  # an unreadable record is replaced rather than blocking the run

@@ -5,7 +5,6 @@ cluster shape is cheap to test; tests/multinode runs the same plan on a real
 three-node Ray cluster.
 """
 
-import argparse
 
 import pytest
 
@@ -146,7 +145,7 @@ def test_custom_resource_requests_are_validated():
 def test_layout_config_validates_placement_fields():
     cfg = runners.RayLayoutConfig(actor_resources={"actor": 1}, learner_cpus=2)
     assert cfg.actor_resources == {"actor": 1.0} and cfg.learner_resources is None
-    with pytest.raises(ValueError, match="--actor-cpus must be > 0"):
+    with pytest.raises(ValueError, match="^actor_cpus must be > 0"):
         runners.RayLayoutConfig(actor_cpus=0)
     with pytest.raises(ValueError, match="GPU is not a custom resource"):
         runners.RayLayoutConfig(learner_resources={"GPU": 1})
@@ -160,8 +159,6 @@ def test_placement_flags_parse_and_reject_bad_values(capsys):
     assert common.placement_from_args(args) == {
         "actor_resources": {"actor": 1.0, "fast_net": 0.5}, "learner_resources": {}, "learner_cpus": 2.0}
     assert common.placement_from_args(parser.parse_args([])) == {}
-    with pytest.raises(common.UsageError, match="--actor-cpus must be > 0"):
-        common.placement_from_args(argparse.Namespace(actor_cpus=-1.0))
     for bad in (["--actor-resources", "actor"], ["--actor-resources", "actor=0"],
                 ["--learner-resources", "learner=x"]):
         with pytest.raises(SystemExit) as exit_info:

@@ -39,7 +39,7 @@ def test_batches_split_equally_with_the_remainder_first():
 
 @pytest.mark.parametrize("num_actors, num_shards, message", [
     (4, 0, "must be >= 1"),
-    (3, 2, "--num-actors 3 is not a multiple of --num-replay-shards 2"),
+    (3, 2, "num_actors 3 is not a multiple of num_replay_shards 2"),
 ])
 def test_shard_counts_the_even_split_cannot_serve_are_refused(num_actors, num_shards, message):
     with pytest.raises(ValueError, match=message):

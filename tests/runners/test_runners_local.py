@@ -66,15 +66,19 @@ def test_run_local_evaluates_on_the_step_grid_checkpoints_and_resumes(tmp_path):
 
 
 def test_experiment_refuses_bad_values_with_one_line():
-    for kwargs, fragment in [({"num_actors": 0}, "--num-actors must be >= 1"),
-                             ({"max_actor_steps": 0}, "--max-actor-steps must be >= 1"),
-                             ({"eval_episodes": 0}, "--eval-episodes must be >= 1"),
-                             ({"seed": -1}, "--seed must be >= 0"),
-                             ({"resume": True}, "--resume needs the --logdir"),
-                             ({"checkpoint_every_s": 0}, "checkpoint_every_s must be > 0")]:
+    # In its own field names: the command line maps them to flags (rlplat.launch.common.as_flags).
+    for kwargs, fragment in [({"num_actors": 0}, "num_actors must be >= 1"),
+                             ({"max_actor_steps": 0}, "max_actor_steps must be >= 1"),
+                             ({"max_actor_steps": 2**63}, "max_actor_steps must fit in 64 bits"),
+                             ({"eval_episodes": 0}, "eval_episodes must be >= 1"),
+                             ({"seed": -1}, "seed must be in 0..4294967295"),
+                             ({"seed": 2**32}, "seed must be in 0..4294967295"),
+                             ({"resume": True}, "resume needs the logdir"),
+                             ({"target_eval_return": float("nan")}, "target_eval_return must be a finite number"),
+                             ({"checkpoint_every_s": 0}, "checkpoint_every_s must be a number of seconds > 0")]:
         with pytest.raises(ValueError, match=fragment) as info:
             Experiment(BUILDER, "cartpole:swingup", **kwargs)
-        assert "\n" not in str(info.value)
+        assert "\n" not in str(info.value) and "--" not in str(info.value)
     with pytest.raises(ValueError, match="gym: tasks cannot be recorded"):
         Experiment(BUILDER, "gym:Pendulum-v1", video_every_evals=1)
     with pytest.raises(TypeError, match="run_local takes an Experiment"):

@@ -8,7 +8,8 @@ import dm_env
 import numpy as np
 import pytest
 
-from rlplat_agents.d4pg import acting
+from rlplat_agents.d4pg.networks import policy_template
+from rlplat.gaussian_actor import GaussianActor
 from rlplat import core
 from rlplat.utils import numpy_layers
 
@@ -49,7 +50,7 @@ class RecordingAdder:
 
 @pytest.fixture(scope="module")
 def template():
-    return acting.policy_template(SPEC, LAYERS)
+    return policy_template(SPEC, LAYERS)
 
 
 def _forward(template, weights, obs):
@@ -75,14 +76,14 @@ def test_numpy_policy_matches_the_reference_forward(template):
 
 def test_weights_are_loaded_before_the_first_action(template):
     source = FakeSource(_weights(template), not_ready=3)
-    actor = acting.D4PGActor(template, source, sigma=0.0, seed=0)
+    actor = GaussianActor(template, source, sigma=0.0, seed=0)
     assert actor.policy_version == -1
     actor.select_action(np.zeros(OBS, np.float32))
     assert actor.policy_version == 0 and source.calls == 4  # Waited through 3 "not yet".
 
 
 def test_no_weights_times_out_with_a_clear_error(template):
-    actor = acting.D4PGActor(template, FakeSource(_weights(template), not_ready=10**9),
+    actor = GaussianActor(template, FakeSource(_weights(template), not_ready=10**9),
                              wait_timeout_s=0.2)
     with pytest.raises(TimeoutError, match="no policy weights"):
         actor.select_action(np.zeros(OBS, np.float32))
@@ -90,7 +91,7 @@ def test_no_weights_times_out_with_a_clear_error(template):
 
 def test_greedy_actor_is_deterministic_and_noise_free(template):
     weights = _weights(template, scale=0.2)
-    actor = acting.D4PGActor(template, FakeSource(weights), sigma=0.5, seed=0, evaluation=True)
+    actor = GaussianActor(template, FakeSource(weights), sigma=0.5, seed=0, evaluation=True)
     obs = np.random.default_rng(2).normal(size=OBS).astype(np.float32)
     a1, a2 = actor.select_action(obs), actor.select_action(obs)
     np.testing.assert_array_equal(a1, a2)
@@ -100,7 +101,7 @@ def test_greedy_actor_is_deterministic_and_noise_free(template):
 
 def test_exploration_noise_has_std_sigma(template):
     weights = _weights(template, scale=0.01)  # Policy output ~0: little clipping at sigma 0.2.
-    actor = acting.D4PGActor(template, FakeSource(weights), sigma=0.2, seed=3)
+    actor = GaussianActor(template, FakeSource(weights), sigma=0.2, seed=3)
     obs = np.ones(OBS, np.float32)
     greedy = _forward(template, weights, obs)
     actions = np.stack([actor.select_action(obs) for _ in range(4000)])
@@ -111,7 +112,7 @@ def test_exploration_noise_has_std_sigma(template):
 
 
 def test_actions_are_clipped_to_the_unit_box(template):
-    actor = acting.D4PGActor(template, FakeSource(_weights(template)), sigma=3.0, seed=4)
+    actor = GaussianActor(template, FakeSource(_weights(template)), sigma=3.0, seed=4)
     actions = np.stack([actor.select_action(np.ones(OBS, np.float32)) for _ in range(500)])
     assert np.all(np.abs(actions) <= 1.0) and np.any(np.abs(actions) == 1.0)
 
@@ -119,7 +120,7 @@ def test_actions_are_clipped_to_the_unit_box(template):
 def test_pulls_every_update_period_and_writes_through_the_adder(template):
     source = FakeSource(_weights(template))
     adder = RecordingAdder()
-    actor = acting.D4PGActor(template, source, adder, sigma=0.1, seed=0, variable_update_period=3)
+    actor = GaussianActor(template, source, adder, sigma=0.1, seed=0, variable_update_period=3)
     obs = np.zeros(OBS, np.float32)
     actor.observe_first(dm_env.restart(obs))
     action = actor.select_action(obs)

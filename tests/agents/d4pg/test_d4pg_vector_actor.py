@@ -24,7 +24,7 @@ INDICES = [6, 7, 8]  # the second actor process of a run with 3 environments per
 
 
 def _setup():
-    from rlplat_agents.d4pg.acting import policy_template
+    from rlplat_agents.d4pg.networks import policy_template
     from rlplat_agents.d4pg.builder import D4PGBuilder
     from rlplat_agents.d4pg.config import D4PGConfig
     import rlplat_envs as envs

@@ -14,7 +14,8 @@ import pytest
 import reverb
 import tensorflow as tf
 
-from rlplat_agents.ddpg import command
+from rlplat_agents.ddpg.spec import SPEC as DDPG_SPEC
+from rlplat.launch import agent_command
 from rlplat_agents.ddpg.builder import DDPGBuilder
 from rlplat_agents.ddpg.config import DDPGConfig
 from rlplat import replication
@@ -80,18 +81,18 @@ def test_factories_work_together_over_real_reverb():
 
 def _parse(*flags):
     parser = common.Parser(prog="rlplat train ddpg")
-    command.add_arguments(parser)
+    agent_command.add_arguments(parser, DDPG_SPEC)
     return parser.parse_args(list(flags))
 
 
 def test_command_flags_build_the_config_and_the_builder(tmp_path):
     args = _parse("--tau", "0.01", "--critic-layer-sizes", "64,32", "--n-step", "5",
                   "--logdir", str(tmp_path / "run"), "--num-actors", "1")
-    logdir, make_builder = command.prepare(args)
-    builder = make_builder()
+    logdir, experiment, _ = agent_command.prepare(DDPG_SPEC, args)
+    builder = experiment.builder
     assert logdir == str(tmp_path / "run") and isinstance(builder, DDPGBuilder)
     assert builder.config == DDPGConfig(tau=0.01, critic_layer_sizes=(64, 32), n_step=5)
-    assert set(command.CONFIG_FLAGS) == set(DDPGConfig().to_dict())
+    assert set(DDPG_SPEC.flag_helps()) == set(DDPGConfig().to_dict())
 
 
 @pytest.mark.parametrize("flags, message", [
@@ -104,7 +105,7 @@ def test_command_flags_build_the_config_and_the_builder(tmp_path):
 def test_command_refuses_bad_flags_before_anything_starts(tmp_path, flags, message):
     args = _parse(*flags, "--logdir", str(tmp_path / "run"))
     with pytest.raises(common.UsageError, match=message.replace("(", r"\(")):
-        command.prepare(args)
+        agent_command.prepare(DDPG_SPEC, args)
     assert not os.path.exists(tmp_path / "run")
 
 
@@ -112,5 +113,5 @@ def test_command_is_registered_by_entry_point():
     # Installed metadata only changes with `pip install -e .`; the declaration is checked here.
     with open(os.path.join(REPO, "pyproject.toml"), "rb") as f:
         entry_points = tomllib.load(f)["project"]["entry-points"]["rlplat.agents"]
-    assert entry_points["ddpg"] == "rlplat_agents.ddpg.command" and command.NAME == "ddpg"
-    assert command.BUILDER_NAME == DDPGBuilder.__name__ and command.CONFIG_CLASS is DDPGConfig
+    assert entry_points["ddpg"] == "rlplat_agents.ddpg.spec:SPEC" and DDPG_SPEC.name == "ddpg"
+    assert DDPG_SPEC.builder_class() is DDPGBuilder and DDPG_SPEC.config_class is DDPGConfig

@@ -53,9 +53,10 @@ def test_replace_rejects_unknown_fields_and_keeps_frozen():
 def test_train_impala_scales_control_suite_rewards_unless_told(argv, want):
     import argparse
 
-    from rlplat_agents.impala import command
+    from rlplat_agents.impala.spec import SPEC
+    from rlplat.launch import agent_command
 
     parser = argparse.ArgumentParser()
-    command.add_arguments(parser)
-    assert command.make_config(parser.parse_args(argv)).reward_scale == want
+    agent_command.add_arguments(parser, SPEC)
+    assert agent_command.config_from_args(SPEC, parser.parse_args(argv)).reward_scale == want
     assert "0.1 for control-suite" in parser.format_help().replace("\n", " ").replace("  ", " ")
