@@ -1,13 +1,12 @@
 """Type checks shared by the agents' frozen config dataclasses (no TensorFlow).
 
-Each check raises a one-line ValueError that names the command-line flag to
-change; each field ``foo_bar`` is the flag ``--foo-bar``. Checks that
-normalise a value (ints to float, lists to tuples) write it back with
+Each check raises a one-line ValueError in the config's own field names (the
+command line spells them as flags, ``rlplat.launch.common.as_flags``). Checks
+that normalise a value (ints to float, lists to tuples) write it back with
 ``object.__setattr__``, as a frozen dataclass's ``__post_init__`` must.
 
 A config may declare each field with its flag's help text (``field``), so the
-text lives beside the default and ``flag_helps`` gives a command module its
-``CONFIG_FLAGS``.
+text lives beside the default and ``flag_helps`` gives the agent's flags.
 """
 
 from __future__ import annotations
@@ -64,20 +63,15 @@ def flag_helps(config_cls: type) -> Dict[str, str]:
     return {f.name: f.metadata["help"] for f in dataclasses.fields(config_cls) if "help" in f.metadata}
 
 
-def flag(name: str) -> str:
-    """The command-line flag of config field ``name``."""
-    return "--" + name.replace("_", "-")
-
-
 def check_ints(config: Any, names: Iterable[str]) -> None:
     """Each field is an int (bool, an int subclass, is refused)."""
     for name in names:
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, int):
             raise ValueError(f"{name} must be an integer (got {value!r}); "
-                             f"set {flag(name)} to a whole number")
+                             f"set {name} to a whole number")
         if abs(value) > INT64_MAX:
-            raise ValueError(f"{name} must fit in 64 bits (got {value}); set {flag(name)} to at most "
+            raise ValueError(f"{name} must fit in 64 bits (got {value}); set {name} to at most "
                              f"{INT64_MAX}")
 
 
@@ -87,13 +81,13 @@ def check_floats(config: Any, names: Iterable[str]) -> None:
         value = getattr(config, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"{name} must be a number (got {value!r}); "
-                             f"set {flag(name)} to a finite number")
+                             f"set {name} to a finite number")
         if not math.isfinite(value):
             raise ValueError(f"{name} must be finite (got {value!r}); "
-                             f"set {flag(name)} to a finite number")
+                             f"set {name} to a finite number")
         if abs(value) > FLOAT32_MAX:
             raise ValueError(f"{name} is beyond float32's range (got {value!r}), where the learner "
-                             f"computes; set {flag(name)} to a finite float32 (|x| <= 3.4e38)")
+                             f"computes; set {name} to a finite float32 (|x| <= 3.4e38)")
         object.__setattr__(config, name, float(value))
 
 
@@ -107,9 +101,9 @@ def check_layer_sizes(config: Any, names: Iterable[str], example: str) -> None:
         value = getattr(config, name)
         if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
             raise ValueError(f"{name} must be a sequence of positive ints "
-                             f"(got {value!r}); set {flag(name)} like {example}")
+                             f"(got {value!r}); set {name} like {example}")
         sizes = tuple(value)
         if not sizes or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes):
             raise ValueError(f"{name} must be a non-empty sequence of positive ints "
-                             f"(got {value!r}); set {flag(name)} like {example}")
+                             f"(got {value!r}); set {name} like {example}")
         object.__setattr__(config, name, sizes)

@@ -114,15 +114,20 @@ def validate_rate_limiter(
         )
 
 
-def _check_stall(spi: float, warmup: int, batch: int) -> None:
-    """Refuses a ratio that makes one side wait longer than the whole warm-up.
+def check_ratio(config: Any) -> None:
+    """Refuses a samples-per-insert ratio that makes one side wait longer than the whole warm-up.
 
-    The limiter holds sampled / inserted at ``spi``, so a learner step (one
-    batch) waits for ``batch / spi`` new items and an inserted item waits for
-    ``spi / batch`` learner steps. Beyond one warm-up either wait makes the
-    run crawl and then time out (spi 0.001 at batch 256: 256,000 env steps
-    per learner step).
+    For a config with ``samples_per_insert``, ``min_replay_size`` and
+    ``global_batch_size`` (checked in its ``__post_init__``, where the values
+    live). The limiter holds sampled / inserted at the ratio, so a learner
+    step (one batch) waits for ``batch / spi`` new items and an inserted item
+    waits for ``spi / batch`` learner steps. Beyond one warm-up either wait
+    makes the run crawl and then time out (spi 0.001 at batch 256: 256,000
+    env steps per learner step).
     """
+    spi, batch, warmup = config.samples_per_insert, config.global_batch_size, max(1, config.min_replay_size)
+    if not spi > 0:
+        raise ValueError(f"samples_per_insert must be > 0 (got {spi!r}); set samples_per_insert above 0 (e.g. 32)")
     if batch / spi > warmup:
         raise ValueError(
             f"samples_per_insert {spi:g} would stall the learner: each learner step "
@@ -146,5 +151,4 @@ def check_transition_replay(config: Any, facts: Any) -> Any:
     # At least one actor: fewer is the run's own error, reported in its words.
     validate_rate_limiter(config.samples_per_insert, config.min_replay_size, config.global_batch_size,
                           max(1, facts.num_actors), max_replay_size=config.max_replay_size)
-    _check_stall(config.samples_per_insert, config.min_replay_size, config.global_batch_size)
     return config

@@ -24,7 +24,7 @@ class BCConfig:
     def __post_init__(self) -> None:
         def need(ok: bool, name: str, rule: str) -> None:
             if not ok:
-                raise ValueError(f"{name} {rule} (got {getattr(self, name)!r}); set {fields.flag(name)}")
+                raise ValueError(f"{name} {rule} (got {getattr(self, name)!r}); set {name}")
 
         need(isinstance(self.teacher_logdir, str) and bool(self.teacher_logdir), "teacher_logdir", "must be a run")
         counts = ("teacher_episodes", "global_batch_size", "steps_per_call")

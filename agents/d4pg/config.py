@@ -11,6 +11,7 @@ import dataclasses
 from typing import Tuple
 
 from rlplat import config_fields as fields
+from rlplat import replay_rules
 from rlplat.config_fields import field
 
 TORSO_INITS = ("fan_out", "fan_in")
@@ -69,14 +70,15 @@ class D4PGConfig(fields.ConfigMethods):
         fields.check_layer_sizes(self, self._LAYER_FIELDS, "256,256")
         if not isinstance(self.clipping, bool):
             raise ValueError(f"clipping must be a bool (got {self.clipping!r}); "
-                             "set --clipping true or false")
+                             "set clipping true or false")
         self._check_ranges()
+        replay_rules.check_ratio(self)
 
     def _check_ranges(self) -> None:
         def need(ok: bool, name: str, rule: str, fix: str) -> None:
             if not ok:
                 raise ValueError(f"{name} must be {rule} (got "
-                                 f"{getattr(self, name)!r}); set {fields.flag(name)} {fix}")
+                                 f"{getattr(self, name)!r}); set {name} {fix}")
 
         need(self.n_step >= 1, "n_step", ">= 1", "1 or more")
         need(0.0 <= self.discount <= 1.0, "discount", "in [0, 1]",
@@ -84,12 +86,10 @@ class D4PGConfig(fields.ConfigMethods):
         need(self.sigma >= 0.0, "sigma", ">= 0", "to 0 or more (e.g. 0.3)")
         need(self.global_batch_size >= 1, "global_batch_size", ">= 1",
              "1 or more")
-        need(self.samples_per_insert > 0.0, "samples_per_insert", "> 0",
-             "above 0 (e.g. 32)")
         need(self.min_replay_size >= 1, "min_replay_size", ">= 1", "1 or more")
         need(self.max_replay_size >= self.min_replay_size, "max_replay_size",
              f">= min_replay_size ({self.min_replay_size})",
-             f"to {self.min_replay_size} or more, or lower --min-replay-size")
+             f"to {self.min_replay_size} or more, or lower min_replay_size")
         need(self.policy_learning_rate > 0.0, "policy_learning_rate", "> 0",
              "above 0 (e.g. 1e-4)")
         need(self.critic_learning_rate > 0.0, "critic_learning_rate", "> 0",
@@ -99,7 +99,7 @@ class D4PGConfig(fields.ConfigMethods):
         need(self.num_atoms >= 2, "num_atoms", ">= 2", "2 or more (e.g. 51)")
         need(self.v_min < self.v_max, "v_min",
              f"< v_max ({self.v_max!r})",
-             "below --v-max, or raise --v-max")
+             "below v_max, or raise v_max")
         need(self.dqda_clip_norm >= 0.0, "dqda_clip_norm", ">= 0",
              "to 0 (off) or more (e.g. 1)")
         need(self.torso_init in TORSO_INITS, "torso_init", f"one of {TORSO_INITS}",
@@ -107,4 +107,4 @@ class D4PGConfig(fields.ConfigMethods):
         need(self.variable_update_period >= 1, "variable_update_period", ">= 1",
              "1 or more (e.g. 1000)")
         need(self.max_gradient_norm > 0.0, "max_gradient_norm", "> 0",
-             "above 0 (e.g. 40), or set --clipping false")
+             "above 0 (e.g. 40), or set clipping false")

@@ -4,6 +4,7 @@ import dataclasses
 from typing import Tuple
 
 from rlplat import config_fields as fields
+from rlplat import replay_rules
 from rlplat.config_fields import field
 
 
@@ -39,14 +40,12 @@ class DDPGConfig(fields.ConfigMethods):
                 ("sigma", self.sigma >= 0.0, "to 0 or more (e.g. 0.3)"),
                 ("tau", 0.0 < self.tau <= 1.0, "above 0 and at most 1 (e.g. 0.005)"),
                 ("global_batch_size", batch >= 1, "to 1 or more"),
-                ("min_replay_size", self.min_replay_size >= batch, f"to --global-batch-size ({batch}) or more"),
-                ("max_replay_size", self.max_replay_size >= warmup, f"to --min-replay-size ({warmup}) or more"),
-                # Outside this, each learner step (or insert) would wait for more than the whole warm-up.
-                ("samples_per_insert", batch <= self.samples_per_insert * warmup <= batch * warmup ** 2,
-                 f"between {batch / warmup:g} and {batch * warmup:g} (e.g. 256), or raise --min-replay-size"),
+                ("min_replay_size", self.min_replay_size >= batch, f"to global_batch_size ({batch}) or more"),
+                ("max_replay_size", self.max_replay_size >= warmup, f"to min_replay_size ({warmup}) or more"),
                 ("policy_learning_rate", self.policy_learning_rate > 0.0, "above 0 (e.g. 1e-4)"),
                 ("critic_learning_rate", self.critic_learning_rate > 0.0, "above 0 (e.g. 1e-3)"),
                 ("max_gradient_norm", self.max_gradient_norm >= 0.0, "to 0 (off) or more (e.g. 40)"),
                 ("variable_update_period", self.variable_update_period >= 1, "to 1 or more")):
             if not ok:
-                raise ValueError(f"{name} is {getattr(self, name)!r}; set {fields.flag(name)} {fix}")
+                raise ValueError(f"{name} is {getattr(self, name)!r}; set {name} {fix}")
+        replay_rules.check_ratio(self)

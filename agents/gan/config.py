@@ -58,34 +58,34 @@ class GANConfig(fields.ConfigMethods):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"{name} must be an integer (got {value!r}); "
-                                 f"set {fields.flag(name)} to a whole number")
+                                 f"set {name} to a whole number")
             if value < (0 if name == "seed" else 1):
                 raise ValueError(f"{name} must be >= {0 if name == 'seed' else 1} (got {value}); "
-                                 f"set {fields.flag(name)} higher")
+                                 f"set {name} higher")
         for name in ("generator_learning_rate", "discriminator_learning_rate", "held_out_fraction"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ValueError(f"{name} must be a finite number (got {value!r}); "
-                                 f"set {fields.flag(name)} to a number")
+                                 f"set {name} to a number")
             object.__setattr__(self, name, float(value))
         for name in ("generator_learning_rate", "discriminator_learning_rate"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be > 0 (got {getattr(self, name)}); "
-                                 f"set {fields.flag(name)} above 0 (e.g. 2e-4)")
+                                 f"set {name} above 0 (e.g. 2e-4)")
         if not 0.0 < self.held_out_fraction < 1.0:
             raise ValueError(f"held_out_fraction must be in (0, 1) (got {self.held_out_fraction}); "
-                             "set --held-out-fraction between 0 and 1 (e.g. 0.2)")
+                             "set held_out_fraction between 0 and 1 (e.g. 0.2)")
         for name in ("generator_sizes", "discriminator_sizes"):
             sizes = getattr(self, name)
             if (isinstance(sizes, (str, bytes)) or not hasattr(sizes, "__iter__")
                     or not sizes or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes)):
                 raise ValueError(f"{name} must be positive ints (got {sizes!r}); "
-                                 f"set {fields.flag(name)} like 128,128")
+                                 f"set {name} like 128,128")
             object.__setattr__(self, name, tuple(sizes))
 
     def check_replicas(self, num_replicas: int) -> None:
         """Refuses a batch that does not split evenly over ``num_replicas``."""
         if self.global_batch_size % num_replicas:
             lower = max(num_replicas, self.global_batch_size - self.global_batch_size % num_replicas)
-            raise ValueError(f"--global-batch-size {self.global_batch_size} does not split over "
+            raise ValueError(f"global_batch_size {self.global_batch_size} does not split over "
                              f"{num_replicas} replicas; use a multiple of {num_replicas} such as {lower}")

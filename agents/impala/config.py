@@ -119,18 +119,18 @@ class IMPALAConfig(fields.ConfigMethods):
         lag = self.max_policy_lag
         if lag is not None and (isinstance(lag, bool) or not isinstance(lag, int)):
             raise ValueError(f"max_policy_lag must be an integer or None (got {lag!r}); "
-                             "set --max-policy-lag to a whole number or leave it out")
+                             "set max_policy_lag to a whole number or leave it out")
         fields.check_floats(self, self._FLOAT_FIELDS)
         if self.core not in CORES:
             raise ValueError(f"core must be one of {CORES} (got {self.core!r}); "
-                             "set --core mlp or --core lstm")
+                             "set core mlp or core lstm")
         if self.squash not in SQUASHES:
             raise ValueError(f"squash must be one of {SQUASHES} (got {self.squash!r}); "
-                             "set --squash tanh or --squash clip")
+                             "set squash tanh or squash clip")
         for name in ("normalize_observations", "separate_value_network"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be True or False (got {getattr(self, name)!r}); "
-                                 f"set {fields.flag(name)} or --no-{fields.flag(name)[2:]}")
+                                 f"set {name} to True or False")
         fields.check_layer_sizes(self, ("layer_sizes",), "64,64")
         self._check_ranges()
 
@@ -138,7 +138,7 @@ class IMPALAConfig(fields.ConfigMethods):
         def need(ok: bool, name: str, rule: str, fix: str) -> None:
             if not ok:
                 raise ValueError(f"{name} must be {rule} (got {getattr(self, name)!r}); "
-                                 f"set {fields.flag(name)} {fix}")
+                                 f"set {name} {fix}")
 
         need(self.unroll_length >= 1, "unroll_length", ">= 1", "1 or more (e.g. 20)")
         need(self.global_batch_size >= 1, "global_batch_size", ">= 1", "1 or more (e.g. 32)")
@@ -153,12 +153,12 @@ class IMPALAConfig(fields.ConfigMethods):
         need(self.lstm_size >= 1, "lstm_size", ">= 1", "1 or more (e.g. 64)")
         need(self.queue_size >= self.global_batch_size, "queue_size",
              f">= global_batch_size ({self.global_batch_size})",
-             f"to {self.global_batch_size} or more, or lower --global-batch-size")
+             f"to {self.global_batch_size} or more, or lower global_batch_size")
         need(self.max_policy_lag is None or self.max_policy_lag >= 0, "max_policy_lag",
              ">= 0", "to 0 or more, or leave it out to keep every unroll")
         need(self.reward_scale > 0.0, "reward_scale", "> 0", "above 0 (e.g. 1)")
         need(self.min_log_std < self.max_log_std, "min_log_std",
-             f"< max_log_std ({self.max_log_std})", "below --max-log-std (e.g. -5)")
+             f"< max_log_std ({self.max_log_std})", "below max_log_std (e.g. -5)")
         need(self.min_log_std < self.init_log_std < self.max_log_std, "init_log_std",
              f"strictly between min_log_std ({self.min_log_std}) and max_log_std "
              f"({self.max_log_std})", "inside the bounds (e.g. -0.5)")

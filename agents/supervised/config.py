@@ -58,32 +58,32 @@ class SupervisedConfig(fields.ConfigMethods):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"{name} must be an integer (got {value!r}); "
-                                 f"set {fields.flag(name)} to a whole number")
+                                 f"set {name} to a whole number")
         for name in self._POSITIVE_INTS:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)}); "
-                                 f"set {fields.flag(name)} to 1 or more")
+                                 f"set {name} to 1 or more")
         if self.seed < 0:
-            raise ValueError(f"seed must be >= 0 (got {self.seed}); set --seed to 0 or more")
+            raise ValueError(f"seed must be >= 0 (got {self.seed}); set seed to 0 or more")
         for name in ("learning_rate", "held_out_fraction"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
                 raise ValueError(f"{name} must be a finite number (got {value!r}); "
-                                 f"set {fields.flag(name)} to a number")
+                                 f"set {name} to a number")
             object.__setattr__(self, name, float(value))
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be > 0 (got {self.learning_rate}); "
-                             "set --learning-rate above 0 (e.g. 1e-3)")
+                             "set learning_rate above 0 (e.g. 1e-3)")
         if not 0.0 < self.held_out_fraction < 1.0:
             raise ValueError(f"held_out_fraction must be in (0, 1) (got {self.held_out_fraction}); "
-                             "set --held-out-fraction between 0 and 1 (e.g. 0.2)")
+                             "set held_out_fraction between 0 and 1 (e.g. 0.2)")
         if isinstance(self.hidden_sizes, (str, bytes)) or not hasattr(self.hidden_sizes, "__iter__"):
             raise ValueError(f"hidden_sizes must be a sequence of positive ints "
-                             f"(got {self.hidden_sizes!r}); set --hidden-sizes like 256,128")
+                             f"(got {self.hidden_sizes!r}); set hidden_sizes like 256,128")
         sizes = tuple(self.hidden_sizes)
         if not sizes or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in sizes):
             raise ValueError(f"hidden_sizes must be a non-empty sequence of positive ints "
-                             f"(got {self.hidden_sizes!r}); set --hidden-sizes like 256,128")
+                             f"(got {self.hidden_sizes!r}); set hidden_sizes like 256,128")
         object.__setattr__(self, "hidden_sizes", sizes)
         if not isinstance(self.synchronized_batch_norm, bool):
             raise ValueError(f"synchronized_batch_norm must be a bool "
@@ -93,9 +93,9 @@ class SupervisedConfig(fields.ConfigMethods):
         """Raises a one-line ValueError if the global batch cannot split over ``num_replicas``."""
         if num_replicas < 1:
             raise ValueError(f"num_replicas must be >= 1 (got {num_replicas}); "
-                             "set --num-replicas to 1 or more")
+                             "set num_replicas to 1 or more")
         if self.global_batch_size % num_replicas:
             fixed = max(num_replicas, self.global_batch_size // num_replicas * num_replicas)
             raise ValueError(
                 f"global_batch_size {self.global_batch_size} does not split over {num_replicas} "
-                f"replicas; set --global-batch-size to a multiple of {num_replicas} (e.g. {fixed})")
+                f"replicas; set global_batch_size to a multiple of {num_replicas} (e.g. {fixed})")

@@ -93,7 +93,7 @@ def as_flags(message: str, names: Iterable[str], renamed: Optional[Mapping[str, 
     the command line turns them into flags (``n_step`` -> ``--n-step``, or
     ``renamed[name]`` where the flag is not the field's name).
     """
-    flags = {name: "--" + name.replace("_", "-") for name in names}
+    flags = {name: flag_name(name) for name in names}
     flags.update(renamed or {})
     if not flags:
         return message
@@ -183,8 +183,8 @@ def config_from_args(config_cls: type, args: argparse.Namespace, names: Iterable
     overrides: Dict[str, Any] = {n: getattr(args, n) for n in names if getattr(args, n) is not None}
     try:
         return config_cls(**overrides)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+    except ValueError as e:  # the config speaks in its field names
+        raise UsageError(as_flags(str(e), [f.name for f in dataclasses.fields(config_cls)])) from None
 
 
 def _int_list(text: str) -> tuple:

@@ -8,6 +8,7 @@ made only once every check passed and removed again if nothing was written.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from typing import Any, Mapping
 
@@ -31,7 +32,8 @@ def run_in_process(args: argparse.Namespace, spec: AgentSpec, config: Any) -> in
         try:
             config.check_replicas(args.num_replicas)
         except ValueError as e:
-            raise common.UsageError(str(e)) from None
+            names = [f.name for f in dataclasses.fields(config)] + ["num_replicas"]
+            raise common.UsageError(common.as_flags(str(e), names)) from None
     preflight.check_logdir(logdir, args.resume)
     if args.resume:
         preflight.check_resume(logdir, agent, config.to_dict(), spec.shapes(config))

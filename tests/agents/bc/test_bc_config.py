@@ -19,22 +19,22 @@ def test_defaults_and_normalisation():
 
 
 @pytest.mark.parametrize("changes, flag", [
-    (dict(teacher_logdir=""), "--teacher-logdir"),
-    (dict(teacher_logdir=None), "--teacher-logdir"),
-    (dict(teacher_checkpoint=-1), "--teacher-checkpoint"),
-    (dict(teacher_checkpoint=2.5), "--teacher-checkpoint"),
-    (dict(teacher_episodes=0), "--teacher-episodes"),
-    (dict(global_batch_size=0), "--global-batch-size"),
-    (dict(global_batch_size=True), "--global-batch-size"),
-    (dict(steps_per_call=1.0), "--steps-per-call"),
-    (dict(learning_rate=0.0), "--learning-rate"),
-    (dict(learning_rate=float("nan")), "--learning-rate"),
-    (dict(learning_rate="1e-3"), "--learning-rate"),
-    (dict(rollout_noise=-0.1), "--rollout-noise"),
-    (dict(rollout_noise=float("nan")), "--rollout-noise"),
-    (dict(layer_sizes=()), "--layer-sizes"),
-    (dict(layer_sizes=(64, 0)), "--layer-sizes"),
-    (dict(layer_sizes="64,64"), "--layer-sizes"),
+    (dict(teacher_logdir=""), "teacher_logdir"),
+    (dict(teacher_logdir=None), "teacher_logdir"),
+    (dict(teacher_checkpoint=-1), "teacher_checkpoint"),
+    (dict(teacher_checkpoint=2.5), "teacher_checkpoint"),
+    (dict(teacher_episodes=0), "teacher_episodes"),
+    (dict(global_batch_size=0), "global_batch_size"),
+    (dict(global_batch_size=True), "global_batch_size"),
+    (dict(steps_per_call=1.0), "steps_per_call"),
+    (dict(learning_rate=0.0), "learning_rate"),
+    (dict(learning_rate=float("nan")), "learning_rate"),
+    (dict(learning_rate="1e-3"), "learning_rate"),
+    (dict(rollout_noise=-0.1), "rollout_noise"),
+    (dict(rollout_noise=float("nan")), "rollout_noise"),
+    (dict(layer_sizes=()), "layer_sizes"),
+    (dict(layer_sizes=(64, 0)), "layer_sizes"),
+    (dict(layer_sizes="64,64"), "layer_sizes"),
 ])
 def test_invalid_values_raise_one_line_naming_the_flag(changes, flag):
     with pytest.raises(ValueError) as error:
@@ -46,7 +46,7 @@ def test_invalid_values_raise_one_line_naming_the_flag(changes, flag):
 
 
 def test_example_message_is_actionable():
-    with pytest.raises(ValueError, match=r"^teacher_episodes must be >= 1 \(got 0\); set --teacher-episodes$"):
+    with pytest.raises(ValueError, match=r"^teacher_episodes must be >= 1 \(got 0\); set teacher_episodes$"):
         BCConfig(teacher_logdir="runs/teacher", teacher_episodes=0)
 
 

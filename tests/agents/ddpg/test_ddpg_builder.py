@@ -97,7 +97,7 @@ def test_command_flags_build_the_config_and_the_builder(tmp_path):
 
 @pytest.mark.parametrize("flags, message", [
     (("--tau", "2"), "set --tau above 0 and at most 1"),
-    (("--samples-per-insert", "0.01"), "set --samples-per-insert between"),
+    (("--samples-per-insert", "0.01"), "use --samples-per-insert >= 0.256"),
     (("--global-batch-size", "255", "--num-learner-replicas", "2", "--min-replay-size", "1000"),
      "does not split over --num-learner-replicas 2"),
     (("--env", "cartpole:swingupp"), "cartpole:swingup"),

@@ -15,19 +15,19 @@ def test_defaults_are_valid_and_round_trip():
 
 
 @pytest.mark.parametrize("changes, fragment", [
-    (dict(unroll_length=0), "--unroll-length"),
-    (dict(global_batch_size=0), "--global-batch-size"),
-    (dict(discount=1.5), "--discount"),
-    (dict(learning_rate=0.0), "--learning-rate"),
-    (dict(entropy_cost=-0.1), "--entropy-cost"),
-    (dict(core="gru"), "--core mlp or --core lstm"),
-    (dict(layer_sizes=()), "--layer-sizes"),
-    (dict(layer_sizes=(64, 0)), "--layer-sizes"),
-    (dict(queue_size=8, global_batch_size=16), "--queue-size"),
-    (dict(max_policy_lag=-1), "--max-policy-lag"),
-    (dict(max_policy_lag=1.5), "--max-policy-lag"),
-    (dict(unroll_length=True), "--unroll-length"),
-    (dict(discount=float("nan")), "--discount"),
+    (dict(unroll_length=0), "unroll_length"),
+    (dict(global_batch_size=0), "global_batch_size"),
+    (dict(discount=1.5), "discount"),
+    (dict(learning_rate=0.0), "learning_rate"),
+    (dict(entropy_cost=-0.1), "entropy_cost"),
+    (dict(core="gru"), "core mlp or core lstm"),
+    (dict(layer_sizes=()), "layer_sizes"),
+    (dict(layer_sizes=(64, 0)), "layer_sizes"),
+    (dict(queue_size=8, global_batch_size=16), "queue_size"),
+    (dict(max_policy_lag=-1), "max_policy_lag"),
+    (dict(max_policy_lag=1.5), "max_policy_lag"),
+    (dict(unroll_length=True), "unroll_length"),
+    (dict(discount=float("nan")), "discount"),
 ])
 def test_bad_values_fail_with_one_line_naming_the_flag(changes, fragment):
     with pytest.raises(ValueError) as info:

@@ -11,15 +11,15 @@ from rlplat_agents.supervised.config import SupervisedConfig
 
 
 @pytest.mark.parametrize("changes, flag", [
-    ({"global_batch_size": 0}, "--global-batch-size"),
-    ({"num_steps": -1}, "--num-steps"),
-    ({"learning_rate": 0.0}, "--learning-rate"),
-    ({"learning_rate": float("nan")}, "--learning-rate"),
-    ({"hidden_sizes": ()}, "--hidden-sizes"),
-    ({"hidden_sizes": (64, 0)}, "--hidden-sizes"),
-    ({"seed": -3}, "--seed"),
-    ({"eval_period": 2.5}, "--eval-period"),
-    ({"held_out_fraction": 1.0}, "--held-out-fraction"),
+    ({"global_batch_size": 0}, "global_batch_size"),
+    ({"num_steps": -1}, "num_steps"),
+    ({"learning_rate": 0.0}, "learning_rate"),
+    ({"learning_rate": float("nan")}, "learning_rate"),
+    ({"hidden_sizes": ()}, "hidden_sizes"),
+    ({"hidden_sizes": (64, 0)}, "hidden_sizes"),
+    ({"seed": -3}, "seed"),
+    ({"eval_period": 2.5}, "eval_period"),
+    ({"held_out_fraction": 1.0}, "held_out_fraction"),
 ])
 def test_config_errors_are_one_line_and_name_the_flag(changes, flag):
     with pytest.raises(ValueError) as error:
