@@ -212,6 +212,8 @@ def torture(kills: int, max_actor_steps: int, seed: int, workdir: str, rng_seed:
 
     ``targets`` names the victim of each kill in order; by default each is drawn at random.
     """
+    from rlplat import run_dir  # pylint: disable=g-import-not-at-top
+
     rng = random.Random(rng_seed)
     logdir = os.path.join(workdir, "run")
     lives: List[Dict[str, Any]] = []
@@ -226,7 +228,7 @@ def torture(kills: int, max_actor_steps: int, seed: int, workdir: str, rng_seed:
             if "killed" not in life and life.get("exit_code") != 0:  # it ended by itself, failing
                 problems.append(f"life {index}: the run failed on its own (exit {life.get('exit_code')}"
                                 f"{'' if life['started'] else ', before its first learner step'})")
-            committed = _committed(logdir) if os.path.isdir(os.path.join(logdir, "checkpoints")) else {}
+            committed = _committed(logdir) if os.path.isdir(run_dir.checkpoints_dir(logdir)) else {}
             life.update(committed=committed)
             if committed.get("damaged"):
                 problems.append(f"life {index}: damaged checkpoints named by the state file: {committed['damaged']}")

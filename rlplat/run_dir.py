@@ -39,6 +39,7 @@ CONFIG = "config.json"
 RUN_INFO = "run_info.json"
 METRICS = "metrics.jsonl"
 TENSORBOARD = "tb"
+VIDEOS = "videos"
 CHECKPOINTS = "checkpoints"
 REPLAY_CHECKPOINTS = "replay_checkpoints"
 COUNTERS = "counters.json"  # inside CHECKPOINTS
@@ -80,6 +81,11 @@ def metrics_path(logdir: str) -> str:
 
 def tensorboard_dir(logdir: str) -> str:
     return os.path.join(logdir, TENSORBOARD)
+
+
+def videos_dir(logdir: str) -> str:
+    """Where evaluation videos go (``--video-every``)."""
+    return os.path.join(logdir, VIDEOS)
 
 
 def config_path(logdir: str) -> str:

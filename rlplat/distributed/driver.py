@@ -119,6 +119,7 @@ class Driver:
         workers.describe_environment()
         self.calls.check_signal()
         workers.connect(self.calls.install_signal_handlers)
+        self.loop.startup_milestone("ray_up")
         if self.restored_step is not None:
             self.counts.restore(self.logdir, self.restored_step)
             damaged = [s for s in run_dir.damaged_steps(self.logdir) if s > self.restored_step]
@@ -129,6 +130,8 @@ class Driver:
         self._open_loggers()
         self._write_run_info()
         ready = workers.start()
+        self.loop.startup_milestone("learner_ready")
+        self.loop.startup_milestone("replay_ready", ready.get("replay_ready_time"))
         self.counts.learner_steps = int(ready["learner_steps"])
         self._report_replay_restore(workers.replay_restore)
 

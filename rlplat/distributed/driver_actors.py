@@ -78,6 +78,8 @@ class ActorCare:
         except ray.exceptions.RayError as e:  # it died, raised, or its __init__ failed
             self._actor_failed(slot, errors.one_line(e))
             return
+        if "first_step_time" in stats:
+            self.startup_milestone("first_actor_step", stats.pop("first_step_time"))
         slot.chunks_after_restart += bool(stats.get("restarted"))
         slot.seed = int(stats.get("seed", slot.seed))  # a new process reseeds itself
         steps = int(stats.get("env_steps", slot.chunk))

@@ -19,12 +19,14 @@ from typing import Any, Callable, Dict, List, Optional
 import ray
 
 from rlplat import replay_shards
+from rlplat import run_dir
 from rlplat.controller import Controller
 from rlplat.distributed import counters
 from rlplat.distributed import driver_records
 from rlplat.distributed import errors
 from rlplat.distributed import progress
 from rlplat.distributed import status_board
+from rlplat.distributed.startup_times import StartupTimes
 from rlplat.distributed.driver_actors import ActorCare
 from rlplat.distributed.errors import RunFailedError
 from rlplat.distributed.layout_config import RayLayoutConfig
@@ -81,6 +83,7 @@ class ControlLoop(ActorCare):
         self.loop_started: Optional[float] = None
         self.loop_ended: Optional[float] = None
         self.last_learner_metrics: Dict[str, Any] = {}
+        self.startup = StartupTimes()
         self.replay_stats: Dict[str, Any] = {}
         self.replay_shard_stats: List[Dict[str, Any]] = []  # per shard, with --num-replay-shards > 1
         self.replay_probe_misses = 0  # the replay server did not answer, its process was alive
@@ -201,6 +204,14 @@ class ControlLoop(ActorCare):
         self.train_submitted = time.monotonic()
         self.pending[self.train_ref] = ("train",)
 
+    def startup_milestone(self, milestone: str, wall_time: Optional[float] = None) -> None:
+        """Marks a start-up milestone; once all are known, one console line and ``run_info.json``."""
+        self.startup.mark(milestone, wall_time)
+        if self.startup.complete() and not self.startup.reported:
+            self.startup.reported = True
+            self.console.message(self.startup.line())
+            run_dir.update_run_info(self.logdir, {"startup_s": dict(self.startup.seconds)})
+
     # ------------------------------------------------------------ result handlers
     def _on_train(self, ref) -> None:
         self.train_ref = None
@@ -212,6 +223,8 @@ class ControlLoop(ActorCare):
             raise RunFailedError(f"learner failed: {errors.one_line(e.__cause__ or e)}; the run cannot "
                                  "continue (fix the cause, then continue with --resume)") from None
         self.counts.learner_steps = int(metrics.get("learner_steps", self.counts.learner_steps))
+        if "first_step_time" in metrics:
+            self.startup_milestone("first_learner_step", metrics.pop("first_step_time"))
         if "replay_inserts_before_first_step" in metrics:  # whether a resumed learner had to refill
             self.loggers["driver"].write(self.counts.actor_steps, {
                 "event": "learner_first_step", "learner_steps": self.counts.learner_steps,
@@ -252,7 +265,7 @@ class ControlLoop(ActorCare):
 
     def _save_eval_video(self, video: Dict[str, Any], actor_steps: int) -> None:
         """``<logdir>/videos/eval-<actor steps>.mp4``, the GIF in TensorBoard, a driver event."""
-        folder = os.path.join(self.logdir, "videos")
+        folder = run_dir.videos_dir(self.logdir)
         os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, f"eval-{actor_steps}.mp4")
         with open(path, "wb") as f:

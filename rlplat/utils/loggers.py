@@ -50,7 +50,8 @@ class MetricsLogger:
         self.role = role
         self._print = print_fn if console else None
         os.makedirs(logdir, exist_ok=True)
-        self._writer = tb_events.EventFileWriter(os.path.join(logdir, "tb", role)) if tensorboard else None
+        folder = os.path.join(run_dir.tensorboard_dir(logdir), role)
+        self._writer = tb_events.EventFileWriter(folder) if tensorboard else None
         self.jsonl_path = os.path.join(logdir, JSONL_NAME) if jsonl else None
         self._jsonl = None
         if self.jsonl_path:

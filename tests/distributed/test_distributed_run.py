@@ -170,6 +170,12 @@ def test_run_writes_logs_checkpoint_and_run_info(first_run):
     assert placed["evaluator"]["tensorflow"] is False and placed["learner"]["tensorflow"] is True, placed
     assert info["config"]["agent"]["global_batch_size"] == SMALL.global_batch_size
     assert info["git_sha"] and info["versions"]["ray"]
+    assert info["agent"] == "d4pg"  # the registered agent whose builder it ran
+    # Start-up, seconds from the driver's launch: each milestone after the one it needs.
+    up = info["startup_s"]
+    assert set(up) == {"ray_up", "replay_ready", "learner_ready", "first_actor_step", "first_learner_step"}
+    assert 0 < up["ray_up"] <= up["replay_ready"] <= up["learner_ready"] <= up["first_learner_step"], up
+    assert up["ray_up"] < up["first_actor_step"] < up["first_learner_step"], up  # learning waits for inserts
 
 
 def test_actors_are_seeded_distinctly_and_deterministically(first_run):

@@ -111,9 +111,11 @@ class ActorWorker:
         Added keys: ``actor_index``, ``seed``, ``env_steps``, ``seconds``,
         ``steps_per_second``, ``policy_version`` (of the weights at the end of
         the chunk), ``weight_pulls`` (pulls that moved weights, in total),
-        ``restarted``, ``pid`` and ``init_s`` (seconds ``__init__`` took).
+        ``restarted``, ``pid`` and ``init_s`` (seconds ``__init__`` took); the
+        first chunk adds ``first_step_time`` (wall clock).
         """
-        start = time.perf_counter()
+        start, first_chunk = time.perf_counter(), self._total_steps == 0
+        started_at = time.time()
         stats = common.to_python(dict(self._loop.run_steps(int(num_steps)) or {}))
         seconds = time.perf_counter() - start
         self._total_steps += int(num_steps)
@@ -125,6 +127,8 @@ class ActorWorker:
             "shared_weight_reads": self._source.num_shared_reads,
             "pid": os.getpid(), "init_s": self._init_s,
         })
+        if first_chunk:  # this process's first step (wall clock, for the run's start-up times)
+            stats["first_step_time"] = started_at
         return stats
 
     def close(self) -> None:

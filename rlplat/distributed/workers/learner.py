@@ -103,6 +103,8 @@ class LearnerWorker(LearnerService):
         else:
             learner_address = self._replay_address = replay_address
         self._learner_address = learner_address
+        self._replay_ready_time = time.time()  # wall clock: the driver's start-up times span processes
+        self._first_step_time: Optional[float] = None
 
         self._replicator = replication.make_replicator(
             num_replicas=None if tf_config is not None else num_replicas,
@@ -138,6 +140,7 @@ class LearnerWorker(LearnerService):
                 "restored_step": self._restored_step, "num_replicas": self._replicator.num_replicas,
                 "devices": self._devices(),
                 "pid": os.getpid(), "node_ip": common.node_ip(), "replay_colocated": self._server is not None,
+                "replay_ready_time": self._replay_ready_time,
                 "is_chief": self._replicator.is_chief, "num_workers": self._replicator.num_workers,
                 "worker_index": int(self._tf_config["task"]["index"]) if self._tf_config else 0,
                 "eager": self._replicator.eager,
@@ -191,6 +194,8 @@ class LearnerWorker(LearnerService):
             while not self._stop.is_set() and self._learner.num_steps - start_steps < num_steps:
                 with self._step_lock:
                     metrics = self._learner.step()
+                if self._first_step_time is None:
+                    self._first_step_time = time.time()
                 if self._shared is not None:
                     self._publish_weights()
                 input_wait += float(metrics.get("input_wait_s", 0.0))
@@ -210,6 +215,8 @@ class LearnerWorker(LearnerService):
             out.pop("input_wait_s", None)
             if first_call and self._first_step_inserts is not None:
                 out["replay_inserts_before_first_step"] = self._first_step_inserts
+            if first_call and self._first_step_time is not None:
+                out["first_step_time"] = self._first_step_time  # wall clock, for the start-up times
             return out
 
     def make_evaluation_actor(self, seed: int):
