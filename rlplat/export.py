@@ -25,7 +25,6 @@ into place at the end: a failed export leaves no half-written directory.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import secrets
@@ -133,12 +132,12 @@ def observation_layout(environment: Any) -> Dict[str, Any]:
             inner = layer.environment.observation_spec()
             specs = inner if isinstance(inner, Mapping) else {next(iter(layer.layout)): inner}
             parts = [{"name": key, "start": part.start, "stop": part.stop,
-                      "shape": [int(d) for d in specs[key].shape]} for key, part in layout_items(layer.layout)]
+                      "shape": [int(d) for d in specs[key].shape]} for key, part in _layout_items(layer.layout)]
             break
     return {"size": size, "dtype": "float32", "order": "keys sorted, each raveled in C order", "parts": parts}
 
 
-def layout_items(layout: Mapping[str, slice]):
+def _layout_items(layout: Mapping[str, slice]):
     """``layout``'s (key, slice) pairs in vector order."""
     return sorted(layout.items(), key=lambda item: item[1].start)
 
@@ -227,8 +226,3 @@ def write(module: Any, description: Mapping[str, Any], directory: str) -> None:
                             "input_dtype": "float32", "accepts": "one observation [O] or a batch [B, O]"}}
     run_dir.write_json(os.path.join(directory, POLICY_JSON), record)
 
-
-def read_policy_json(directory: str) -> Dict[str, Any]:
-    """The ``policy.json`` of an export directory."""
-    with open(os.path.join(directory, POLICY_JSON), encoding="utf-8") as f:
-        return json.load(f)

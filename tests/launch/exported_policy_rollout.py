@@ -1,13 +1,15 @@
 """Runs an exported policy on its control-suite task with TensorFlow, NumPy and dm_control only.
 
-    python exported_policy_rollout.py EXPORT_DIR --seed S --episodes N --out rollout.json
+    python exported_policy_rollout.py EXPORT_DIR --seed S --episodes N --out rollout.json [--observations OBS.npz]
 
 What a user of ``rlplat export`` would write: read ``policy.json``, build the
 task with dm_control (seeded as ``rlplat eval --seed S`` seeds it), flatten
 each observation as the layout says, call the SavedModel, and step the bare
 environment with its actions. Writes every episode's return and actions, and
-the modules loaded, to ``--out``. ``tests/launch/test_export.py`` runs it in
-a fresh process: rlplat must never be imported here.
+the modules loaded, to ``--out``; with ``--observations``, also the actions
+for each array of observations in that file (one batched call per array).
+``tests/launch/test_export.py`` runs it in a fresh process: rlplat must never
+be imported here.
 """
 
 import argparse
@@ -34,6 +36,7 @@ def main():
     parser.add_argument("--seed", type=int, required=True)
     parser.add_argument("--episodes", type=int, required=True)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--observations", default=None)
     args = parser.parse_args()
 
     with open(os.path.join(args.export_dir, "policy.json"), encoding="utf-8") as f:
@@ -63,7 +66,13 @@ def main():
         returns.append(episode_return)
         actions.append(episode_actions)
 
-    result = {"returns": returns, "actions": actions, "batch_gaps": batch_gaps,
+    replayed = {}
+    if args.observations:
+        with np.load(args.observations) as arrays:
+            replayed = {name: serve(observations=tf.constant(arrays[name]))["actions"].numpy().tolist()
+                        for name in arrays.files}
+
+    result = {"returns": returns, "replayed_actions": replayed, "actions": actions, "batch_gaps": batch_gaps,
               "action_dtype": str(action.dtype),
               "rlplat_modules": sorted(m for m in sys.modules if m.split(".")[0].startswith("rlplat"))}
     with open(args.out, "w", encoding="utf-8") as f:
