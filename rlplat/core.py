@@ -175,6 +175,35 @@ class AgentBuilder(abc.ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} cannot build its policy network alone")
 
+    def check_export(self) -> None:
+        """Refuses, before TensorFlow loads, a config whose greedy policy ``rlplat export`` cannot serve.
+
+        Raises:
+          ValueError: one line naming the fix. The default refuses a builder
+            that does not define ``make_greedy_policy``; agents add their own
+            cases (a recurrent core, say) and import nothing here.
+        """
+        if type(self).make_greedy_policy is AgentBuilder.make_greedy_policy:
+            raise ValueError(f"{type(self).__name__} defines no greedy policy to export "
+                             "(AgentBuilder.make_greedy_policy); export a run of another agent")
+
+    def make_greedy_policy(self, objects: Dict[str, Any], environment_spec: EnvironmentSpec
+                           ) -> Callable[[Any], Any]:
+        """Optional: the evaluation actor's choice of action as TensorFlow ops (``rlplat export``).
+
+        Args:
+          objects: ``make_policy_network``'s objects, weights restored.
+          environment_spec: the spec the agent acts on (canonical actions).
+
+        Returns:
+          A function of observations [B, O] (a float32 tf.Tensor) that gives
+          what ``make_actor(..., evaluation=True)`` hands the environment: float32
+          actions [B, A] in the agent's action space (e.g. [-1, 1]), or int32
+          indices [B] for a ``DiscreteArray``. The same layers, squash and
+          clip as the actor, so a SavedModel of it acts as ``rlplat eval`` does.
+        """
+        raise NotImplementedError(f"{type(self).__name__} has no greedy policy in TensorFlow")
+
 
 class OfflineBuilder(abc.ABC):
     """An agent that learns from a fixed data set: no replay server, no acting while it learns.

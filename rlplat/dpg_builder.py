@@ -62,6 +62,13 @@ class DPGBuilder(core.AgentBuilder):
         policy = self.make_networks(environment_spec)["policy"]
         return {"policy": policy}, list(policy.variables)
 
+    def make_greedy_policy(self, objects: Dict[str, Any], environment_spec: EnvironmentSpec) -> Any:
+        """The greedy ``GaussianActor``'s action in TensorFlow (``rlplat export``)."""
+        del environment_spec  # the policy network is already shaped for it
+        from rlplat.gaussian_actor import greedy_policy  # pylint: disable=g-import-not-at-top
+
+        return greedy_policy(objects["policy"])
+
     def make_actor(self, environment_spec: EnvironmentSpec, variable_source: core.VariableSource,
                    adder: Optional[core.Adder], actor_index: int, seed: int, evaluation: bool = False) -> core.Actor:
         """A ``GaussianActor`` with ``actor_sigma(actor_index)``; greedy and adder-free when ``evaluation``."""

@@ -12,7 +12,8 @@ What ``rlplat eval`` is made of, usable on its own:
 * ``restore_policy(builder, environment_spec, prefix)``: the builder's acting
   network (``AgentBuilder.make_policy_network``) with ONLY its weights read
   from the checkpoint (critic, targets and optimizer slots stay on disk),
-  served by a ``CheckpointVariableSource``.
+  served by a ``CheckpointVariableSource``; ``restore_policy_network`` gives
+  the restored network itself (``rlplat export`` serves it as a SavedModel).
 * ``run_episodes(...)``: greedy episodes by the builder's own evaluation
   actor (``make_actor(..., evaluation=True)``) in the ``EnvironmentLoop`` the
   layouts' evaluators use, so what is watched is what training evaluated.
@@ -26,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import dm_env
 import numpy as np
@@ -167,14 +168,18 @@ class CheckpointVariableSource(core.VariableSource):
         return self.step, {name: self.arrays for name in names}
 
 
-def restore_policy(builder: core.AgentBuilder, environment_spec, prefix: str,
-                   step: int = 0) -> CheckpointVariableSource:
-    """The policy weights of checkpoint ``prefix``, restored into the builder's network.
+def restore_policy_network(builder: core.AgentBuilder, environment_spec,
+                           prefix: str) -> Tuple[Dict[str, Any], List[Any]]:
+    """The builder's acting network with the weights of checkpoint ``prefix``.
 
     Only the acting network is built and read: ``expect_partial`` leaves the
     critic, target networks and optimizer slots in the file, and
     ``assert_existing_objects_matched`` fails loudly if any policy variable
     found no value (a checkpoint of another network shape).
+
+    Returns:
+      ``(objects, variables)`` as ``AgentBuilder.make_policy_network`` gives
+      them, restored.
 
     Raises:
       RunError: the checkpoint does not fit the network or cannot be read.
@@ -194,6 +199,17 @@ def restore_policy(builder: core.AgentBuilder, environment_spec, prefix: str,
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise RunError(f"{prefix} does not hold the policy that {type(builder).__name__} builds from "
                        f"config.json ({first}); was the checkpoint or config.json replaced?") from None
+    return objects, variables
+
+
+def restore_policy(builder: core.AgentBuilder, environment_spec, prefix: str,
+                   step: int = 0) -> CheckpointVariableSource:
+    """The policy weights of checkpoint ``prefix`` (``restore_policy_network``), served at version ``step``.
+
+    Raises:
+      RunError: the checkpoint does not fit the network or cannot be read.
+    """
+    _, variables = restore_policy_network(builder, environment_spec, prefix)
     return CheckpointVariableSource(step, [np.array(v.numpy()) for v in variables])
 
 

@@ -32,6 +32,21 @@ _ONE = np.float32(1.0)
 NOISE_BLOCK = 1024
 
 
+def greedy_policy(policy: Any) -> Any:
+    """``GaussianActor``'s greedy choice as TensorFlow ops: ``policy(obs)`` clipped to [-1, 1].
+
+    For ``AgentBuilder.make_greedy_policy`` of DPG agents; ``policy`` is the
+    restored Keras policy whose layers the actor runs in NumPy. The clip is the
+    actor's own (a no-op after a tanh output, kept so the two cannot differ).
+    """
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top  (export only; actors never load TF)
+
+    def act(observations: Any) -> Any:
+        return tf.clip_by_value(policy(observations), -1.0, 1.0)
+
+    return act
+
+
 class GaussianActor(core.PullingActor):
     """Deterministic policy + N(0, sigma^2) noise, clipped to [-1, 1].
 

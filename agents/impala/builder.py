@@ -131,6 +131,21 @@ class IMPALABuilder(core.AgentBuilder):
         network = self.make_networks(environment_spec)["network"]
         return {"network": network}, networks.acting_variables(network)
 
+    def check_export(self) -> None:
+        """``rlplat export`` serves the MLP core only (a SavedModel call keeps no LSTM state between calls)."""
+        if self.config.core != "mlp":
+            raise ValueError(f"IMPALA's --core {self.config.core} policy carries recurrent state between "
+                             "steps, which the exported policy does not keep; export a --core mlp run")
+
+    def make_greedy_policy(self, objects: Dict[str, Any], environment_spec: EnvironmentSpec) -> Any:
+        """The greedy ``IMPALAActor``'s action in TensorFlow (``rlplat export``; MLP core only)."""
+        del environment_spec  # the network is already shaped for it
+        self.check_export()
+        from rlplat_agents.impala import networks  # pylint: disable=g-import-not-at-top
+
+        network = objects["network"]
+        return lambda observations: networks.greedy_actions(network, observations, self.config.squash)
+
     # ------------------------------------------------------------------- actor
     def make_actor(self, environment_spec: EnvironmentSpec, variable_source: core.VariableSource,
                    adder: Optional[core.Adder], actor_index: int, seed: int,

@@ -229,6 +229,25 @@ def make_network(environment_spec, config) -> IMPALANetwork:
     return net
 
 
+def greedy_actions(network: IMPALANetwork, observations, squash: str = "tanh") -> tf.Tensor:
+    """What the greedy ``IMPALAActor`` sends the environment, in TensorFlow, for an MLP core.
+
+    Observations [B, O] -> int32 argmax of the logits [B], or the Gaussian
+    mean squashed as the actor squashes it (``squash``: "tanh" or "clip") [B, D].
+    The value head is not run: acting never reads it.
+    """
+    if network.lstm is not None:
+        raise ValueError("greedy_actions serves the MLP core only (an LSTM needs its state carried)")
+    x = network.normalize(observations)
+    for layer in network.torso:
+        x = layer(x)
+    out = network.policy_head(x)
+    if network.discrete:
+        return tf.argmax(out, axis=-1, output_type=tf.int32)
+    mean = out[..., :network.num_outputs]
+    return tf.tanh(mean) if squash == "tanh" else tf.clip_by_value(mean, -1.0, 1.0)
+
+
 def acting_variables(network: IMPALANetwork) -> List[tf.Variable]:
     """The variables actors need, in ``NumpyPolicy.load`` order.
 

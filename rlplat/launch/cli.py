@@ -5,6 +5,7 @@
     rlplat status --logdir RUN [--json] [--watch S]
     rlplat plot RUN [RUN...] [--metric eval_return] [--x env_steps] [-o curves.png] [--csv F]
     rlplat eval --logdir RUN [--checkpoint N] [--episodes 5] [--seed S] [--video out.mp4|out.gif]
+    rlplat export --logdir RUN [--checkpoint N] -o DIR
     rlplat sweep d4pg|impala [train flags] --seeds N [--grid FIELD=V1,V2 ...]
 
 Commands come from the ``COMMANDS`` registry (modules of ``rlplat.launch``).
@@ -30,6 +31,7 @@ COMMANDS = (
     "rlplat.launch.plot_command",
     "rlplat.launch.status_command",
     "rlplat.launch.eval_command",
+    "rlplat.launch.export_command",
     "rlplat.launch.sweep_command",
 )
 

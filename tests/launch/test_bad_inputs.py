@@ -1,6 +1,6 @@
 """The bad-input matrix: every bad `rlplat` input is refused at once, cleanly, touching nothing.
 
-`train`, `eval`, `status`, `plot` and `sweep`, including damaged run files
+`train`, `eval`, `export`, `status`, `plot` and `sweep`, including damaged run files
 (empty, truncated or wrong-typed config.json, run_info.json, counters.json);
 `rlplat cluster check` loads Ray's validator, so its cases live in
 tests/clusters/test_cluster_cli.py.
@@ -46,7 +46,8 @@ D4PG, IMPALA, SUP = ("train", "d4pg"), ("train", "impala"), ("train", "supervise
 # (case id, argv with {placeholders}, fragments the error line must contain); an argv
 # may start with a dict: environment variables set for that case.
 # {run}: the D4PG run; {sup}: the supervised run; {file}: a plain file;
-# {logs}: a directory with a metrics.jsonl and no checkpoint; {base}: the test's directory.
+# {logs}: a directory with a metrics.jsonl and no checkpoint; {base}: the test's directory;
+# {lstm}: the D4PG run's files recorded as an IMPALA run with an LSTM core.
 CASES = [
     # --logdir that cannot be used
     ("logdir-is-a-file", [*D4PG, "--logdir", "{file}"], ["--logdir", "is a file"]),
@@ -175,6 +176,19 @@ CASES = [
      ["--video-fps must be > 0"]),
     ("eval-video-size-zero", ["eval", "--logdir", "{run}", "--video", "{base}/v.gif", "--video-size", "0x10"],
      ["WIDTHxHEIGHT"]),
+    ("export-missing-logdir", ["export", "--logdir", "{base}/missing", "-o", "{base}/out"], ["is not a directory"]),
+    ("export-empty-config", ["export", "--logdir", "{empty_config}", "-o", "{base}/out"], ["run config", "damaged"]),
+    ("export-truncated-run-info", ["export", "--logdir", "{torn_info}", "-o", "{base}/out"], ["run record", "damaged"]),
+    ("export-unknown-checkpoint", ["export", "--logdir", "{run}", "--checkpoint", "999999", "-o", "{base}/out"],
+     ["--checkpoint 999999", "it keeps"]),
+    ("export-output-not-empty", ["export", "--logdir", "{run}", "-o", "{sup}"],
+     ["exists and is not empty", "new or empty directory"]),
+    ("export-output-is-a-file", ["export", "--logdir", "{run}", "-o", "{file}"], ["is a file"]),
+    ("export-output-unwritable", ["export", "--logdir", "{run}", "-o", "/proc/rlplat-export"],
+     ["cannot write -o /proc/rlplat-export", "a directory you can write"]),
+    ("export-impala-lstm", ["export", "--logdir", "{lstm}", "-o", "{base}/out"],
+     ["--core lstm", "export a --core mlp run"]),
+    ("export-without-output", ["export", "--logdir", "{run}"], ["-o/--output"]),
     ("status-empty-config", ["status", "--logdir", "{empty_config}"], ["run config", "damaged"]),
     ("status-truncated-run-info", ["status", "--logdir", "{torn_info}"], ["run record", "damaged"]),
     ("status-wrong-counters", ["status", "--logdir", "{list_counters}"], ["counters file"]),
@@ -233,8 +247,16 @@ def world(tmp_path_factory):
     for name, (relative, text) in damaged.items():
         shutil.copytree(base / "d4pg-run", base / name)
         (base / name / relative).write_text(text)
+    # An IMPALA run with an LSTM core, as far as `rlplat export` reads one (it is refused before the checkpoint).
+    shutil.copytree(base / "d4pg-run", base / "lstm-run")
+    for name, key, value in (("config.json", "agent", {"core": "lstm"}), ("run_info.json", "builder", "IMPALABuilder")):
+        with open(base / "lstm-run" / name, encoding="utf-8") as f:
+            record = json.load(f)
+        record[key] = value
+        (base / "lstm-run" / name).write_text(json.dumps(record))
     places = {"run": base / "d4pg-run", "sup": base / "supervised-run", "file": base / "a-file",
-              "logs": base / "logs-only", "base": base, **{name: base / name for name in damaged}}
+              "logs": base / "logs-only", "base": base, "lstm": base / "lstm-run",
+              **{name: base / name for name in damaged}}
     world = {"base": str(base), "cwd": str(cwd), "stand_in": str(stand_in),
              "places": {k: str(v) for k, v in places.items()}, "timings": []}
     yield world
