@@ -194,10 +194,6 @@ def plan_resources(total_cpus: float, node_gpus: float, num_actors: int,
     Raises:
       ValueError: one line naming the flag to change, when the run cannot fit.
     """
-    if num_actors < 1:
-        raise ValueError(f"--num-actors must be >= 1 (got {num_actors})")
-    if num_learner_replicas is not None and num_learner_replicas < 1:
-        raise ValueError(f"--num-learner-replicas must be >= 1 (got {num_learner_replicas})")
     if num_learner_workers < 1:
         raise ValueError(f"--num-learner-workers must be >= 1 (got {num_learner_workers})")
     for flag, value in (("--actor-cpus", actor_cpus), ("--learner-cpus", learner_cpus)):
