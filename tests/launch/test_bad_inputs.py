@@ -91,7 +91,7 @@ CASES = [
     ("sweep-grid-unknown-field", ["sweep", "d4pg", "--grid", "sigmaa=0.2,0.3"],
      ["sigmaa is not a d4pg config flag", "sigma"]),
     ("sweep-grid-bad-value", ["sweep", "d4pg", "--grid", "sigma=abc"], ["--sigma", "abc"]),
-    ("sweep-grid-invalid-config", ["sweep", "d4pg", "--grid", "n_step=0,5"], ["n_step"]),
+    ("sweep-grid-invalid-config", ["sweep", "d4pg", "--grid", "n_step=0,5"], ["--n-step must be >= 1"]),
     ("sweep-zero-seeds", ["sweep", "d4pg", "--seeds", "0"], ["--seeds must be >= 1"]),
     ("sweep-resume", ["sweep", "d4pg", "--resume", "--logdir", "{run}"], ["does not resume"]),
     ("video-every-negative", [*D4PG, "--video-every", "-1"], ["--video-every must be >= 0"]),
@@ -249,7 +249,8 @@ def world(tmp_path_factory):
         (base / name / relative).write_text(text)
     # An IMPALA run with an LSTM core, as far as `rlplat export` reads one (it is refused before the checkpoint).
     shutil.copytree(base / "d4pg-run", base / "lstm-run")
-    for name, key, value in (("config.json", "agent", {"core": "lstm"}), ("run_info.json", "builder", "IMPALABuilder")):
+    for name, key, value in (("config.json", "agent", {"core": "lstm"}), ("run_info.json", "builder", "IMPALABuilder"),
+                             ("run_info.json", "agent", "impala")):
         with open(base / "lstm-run" / name, encoding="utf-8") as f:
             record = json.load(f)
         record[key] = value
