@@ -22,6 +22,8 @@ from typing import Any, Dict, List, Sequence
 import numpy as np
 import tensorflow as tf
 
+from rlplat import precision as precision_lib
+
 # Sonnet's LayerNorm epsilon (Acme's networks are Sonnet); Keras' default is 1e-3.
 _LAYER_NORM_EPSILON = 1e-5
 
@@ -43,46 +45,52 @@ def torso_initializer(mode: str = "fan_out") -> tf.keras.initializers.Initialize
 
 
 def _layer_norm_mlp(layer_sizes: Sequence[int], name: str,
-                    init_mode: str = "fan_out") -> List[tf.keras.layers.Layer]:
+                    init_mode: str = "fan_out", dtype: Any = "float32") -> List[tf.keras.layers.Layer]:
     """Layers of a layer-norm MLP: Dense+LayerNorm+tanh, then Dense+elu.
 
     The tanh after the first LayerNorm bounds the torso's input features
     whatever the observation scale; the remaining layers use elu and are all
     activated (including the last), as the heads add their own linear layer.
+    ``dtype`` is every layer's Keras dtype (``rlplat.precision.layer_dtype``):
+    under mixed_bfloat16 the layer norm still computes its statistics in
+    float32 (Keras upcasts) and hands back bfloat16.
     """
     sizes = [int(s) for s in layer_sizes]
     if not sizes or min(sizes) < 1:
         raise ValueError(f"layer_sizes must be non-empty positive ints (got {layer_sizes!r})")
     layers: List[tf.keras.layers.Layer] = [
         tf.keras.layers.Dense(sizes[0], kernel_initializer=torso_initializer(init_mode),
-                              name=f"{name}_dense_0"),
+                              name=f"{name}_dense_0", dtype=dtype),
         tf.keras.layers.LayerNormalization(axis=-1, epsilon=_LAYER_NORM_EPSILON,
-                                           name=f"{name}_layer_norm"),
-        tf.keras.layers.Activation("tanh", name=f"{name}_tanh"),
+                                           name=f"{name}_layer_norm", dtype=dtype),
+        tf.keras.layers.Activation("tanh", name=f"{name}_tanh", dtype=dtype),
     ]
     for i, size in enumerate(sizes[1:], start=1):
         layers.append(tf.keras.layers.Dense(size, activation="elu",
                                             kernel_initializer=torso_initializer(init_mode),
-                                            name=f"{name}_dense_{i}"))
+                                            name=f"{name}_dense_{i}", dtype=dtype))
     return layers
 
 
 def make_policy_network(action_size: int, layer_sizes: Sequence[int],
-                        init_mode: str = "fan_out") -> tf.keras.Sequential:
+                        init_mode: str = "fan_out", precision: str = "fp32") -> tf.keras.Sequential:
     """Deterministic policy pi(obs) -> action in [-1, 1].
 
     Args:
       action_size: A, the flat action dimension.
       layer_sizes: hidden sizes of the layer-norm MLP torso.
       init_mode: the torso's ``torso_initializer`` mode.
+      precision: "fp32", or "bf16": the dense layers in bfloat16, the final
+        tanh in float32 (``rlplat.precision``); weights are float32 either way.
 
     Returns:
-      A ``tf.keras.Sequential`` mapping obs [B, O] float32 -> actions [B, A].
+      A ``tf.keras.Sequential`` mapping obs [B, O] float32 -> actions [B, A] float32.
       It is built lazily on the first call (O is taken from the input).
     """
     if action_size < 1:
         raise ValueError(f"action_size must be >= 1 (got {action_size})")
-    layers = _layer_norm_mlp(layer_sizes, "policy", init_mode)
+    dtype = precision_lib.layer_dtype(precision)
+    layers = _layer_norm_mlp(layer_sizes, "policy", init_mode, dtype)
     # Near-zero output init (scale 1e-4): the initial policy outputs ~0 so
     # early exploration is driven by the actors' Gaussian noise, not by
     # saturated tanh outputs from a random init.
@@ -90,8 +98,9 @@ def make_policy_network(action_size: int, layer_sizes: Sequence[int],
         action_size,
         kernel_initializer=tf.keras.initializers.VarianceScaling(
             scale=1e-4, mode="fan_in", distribution="truncated_normal"),
-        name="policy_output"))
-    layers.append(tf.keras.layers.Activation("tanh", name="policy_squash"))
+        name="policy_output", dtype=dtype))
+    # float32: the squash casts the output back, so dQ/da and the DPG loss are float32.
+    layers.append(tf.keras.layers.Activation("tanh", name="policy_squash", dtype="float32"))
     return tf.keras.Sequential(layers, name="d4pg_policy")
 
 
@@ -111,14 +120,19 @@ class DiscreteValuedHead(tf.keras.layers.Layer):
     sum_i softmax(logits)_i * atoms_i, i.e. Q(s, a) for the critic.
     """
 
-    def __init__(self, v_min: float, v_max: float, num_atoms: int, **kwargs: Any):
+    def __init__(self, v_min: float, v_max: float, num_atoms: int, dense_dtype: Any = "float32",
+                 **kwargs: Any):
         super().__init__(**kwargs)
         self.atoms = make_atoms(v_min, v_max, num_atoms)
-        self._logits = tf.keras.layers.Dense(num_atoms, name="logits")
+        self._logits = tf.keras.layers.Dense(num_atoms, name="logits", dtype=dense_dtype)
 
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
-        """features [B, F] -> logits [B, num_atoms]."""
-        return self._logits(inputs)
+        """features [B, F] -> logits [B, num_atoms], float32 whatever the product's precision.
+
+        The softmax, the projection and the cross-entropy read these logits:
+        they stay float32 (a bfloat16 logit has ~3 significant digits).
+        """
+        return tf.cast(self._logits(inputs), tf.float32)
 
     def mean(self, logits: tf.Tensor) -> tf.Tensor:
         """logits [B, N] -> expected value [B]."""
@@ -133,11 +147,12 @@ class CriticNetwork(tf.keras.Model):
 
     def __init__(self, num_atoms: int, layer_sizes: Sequence[int],
                  v_min: float, v_max: float, name: str = "d4pg_critic",
-                 init_mode: str = "fan_out"):
+                 init_mode: str = "fan_out", precision: str = "fp32"):
         super().__init__(name=name)
-        self._torso = tf.keras.Sequential(_layer_norm_mlp(layer_sizes, "critic", init_mode),
+        dtype = precision_lib.layer_dtype(precision)
+        self._torso = tf.keras.Sequential(_layer_norm_mlp(layer_sizes, "critic", init_mode, dtype),
                                           name="critic_torso")
-        self.head = DiscreteValuedHead(v_min, v_max, num_atoms, name="critic_head")
+        self.head = DiscreteValuedHead(v_min, v_max, num_atoms, dense_dtype=dtype, name="critic_head")
 
     @property
     def atoms(self) -> tf.Tensor:
@@ -157,18 +172,23 @@ class CriticNetwork(tf.keras.Model):
 
 def make_critic_network(num_atoms: int, layer_sizes: Sequence[int],
                         v_min: float = -150.0, v_max: float = 150.0,
-                        init_mode: str = "fan_out") -> CriticNetwork:
+                        init_mode: str = "fan_out", precision: str = "fp32") -> CriticNetwork:
     """Distributional critic taking ``(obs, action)``; see ``CriticNetwork``."""
-    return CriticNetwork(num_atoms, layer_sizes, v_min, v_max, init_mode=init_mode)
+    return CriticNetwork(num_atoms, layer_sizes, v_min, v_max, init_mode=init_mode, precision=precision)
 
 
-def make_networks(environment_spec: Any, config: Any) -> Dict[str, tf.keras.Model]:
-    """D4PG's ``{"policy", "critic"}`` for ``config`` (a ``D4PGConfig``), variables built."""
+def make_networks(environment_spec: Any, config: Any, precision: str = "fp32") -> Dict[str, tf.keras.Model]:
+    """D4PG's ``{"policy", "critic"}`` for ``config`` (a ``D4PGConfig``), variables built.
+
+    ``precision`` is resolved (fp32 or bf16, ``rlplat.precision``); the
+    variables are float32 either way, so checkpoints and served weights do
+    not depend on it.
+    """
     obs_size = int(np.prod(environment_spec.observations.shape))
     action_size = int(np.prod(environment_spec.actions.shape))
-    policy = make_policy_network(action_size, config.policy_layer_sizes, config.torso_init)
+    policy = make_policy_network(action_size, config.policy_layer_sizes, config.torso_init, precision)
     critic = make_critic_network(config.num_atoms, config.critic_layer_sizes, config.v_min, config.v_max,
-                                 config.torso_init)
+                                 config.torso_init, precision)
     # Build every variable now, not lazily inside the first traced step.
     obs, act = tf.zeros((1, obs_size)), tf.zeros((1, action_size))
     policy(obs)

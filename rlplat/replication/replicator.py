@@ -80,6 +80,15 @@ class Replicator:
         return self._strategy.extended._num_workers if self.is_multi_worker else 1  # pylint: disable=protected-access
 
     @property
+    def uses_gpus(self) -> bool:
+        """True when this process's replicas compute on GPUs (``rlplat.precision`` asks)."""
+        try:
+            devices = self._strategy.extended.worker_devices
+        except RuntimeError:  # the default strategy (one device): TF places ops on a GPU when one is visible
+            return bool(tf.config.list_logical_devices("GPU"))
+        return any("GPU" in str(d).upper() for d in devices)
+
+    @property
     def is_multi_worker(self) -> bool:
         return isinstance(self._strategy, tf.distribute.MultiWorkerMirroredStrategy)
 

@@ -4,7 +4,8 @@ A NaN reward in the third batch of a 4-step call: the error names step 3
 and the critic loss, every variable (networks, targets, Adam slots and
 iterations, the step counter; on every replica) equals a reference run
 that stopped after step 2, bit for bit, and every checkpoint written
-afterwards holds only finite tensors.
+afterwards holds only finite tensors. The same holds under bf16 precision
+(bfloat16 products, float32 losses and gradients: the guard reads those).
 """
 
 import os
@@ -31,9 +32,9 @@ def _batches(bad_row):
     return batches
 
 
-def _learner(repl, batches, steps_per_call):
+def _learner(repl, batches, steps_per_call, precision="fp32"):
     # A long target period: no copy between calls, so one call is 4 steps.
-    return D4PGLearner(small_config(target_update_period=1000), SPEC, repl,
+    return D4PGLearner(small_config(target_update_period=1000, precision=precision), SPEC, repl,
                        repl.distribute(batches_dataset(batches)), steps_per_call=steps_per_call)
 
 
@@ -57,12 +58,14 @@ def _assert_checkpoints_finite(root):
 # Replica 1 of 2 holds rows 4-7: with 2 replicas only one replica sees the NaN,
 # and the all-reduce must make both skip.
 @pytest.mark.slow
-@pytest.mark.parametrize("num_replicas, bad_row", [(1, 3), (2, 6)])
-def test_nan_mid_call_stops_at_that_step_with_the_last_finite_weights(tmp_path, num_replicas, bad_row):
+@pytest.mark.parametrize("num_replicas, bad_row, precision", [(1, 3, "fp32"), (2, 6, "fp32"), (1, 3, "bf16"),
+                                                               (2, 6, "bf16")])
+def test_nan_mid_call_stops_at_that_step_with_the_last_finite_weights(tmp_path, num_replicas, bad_row, precision):
     repl = replication.make_replicator(num_replicas)
     batches = _batches(bad_row)
-    reference = _learner(repl, batches, steps_per_call=2)  # stops after steps 1-2 (both finite)
-    learner = _learner(repl, batches, steps_per_call=4)    # steps 1-4 in one call; 3 is NaN
+    reference = _learner(repl, batches, 2, precision)  # stops after steps 1-2 (both finite)
+    learner = _learner(repl, batches, 4, precision)    # steps 1-4 in one call; 3 is NaN
+    assert learner.precision.precision == precision
     _copy(reference, learner)
     assert reference.step()["learner_steps"] == 2
 
