@@ -115,6 +115,22 @@ def resolve(requested: str, *, bf16_parity: bool, gpu: bool = False,
     return Resolved("auto", "bf16", f"CPU has {' and '.join(found)}, bf16 parity shown")
 
 
+def for_config(config: Any, *, gpu: bool = False, cpuinfo: Optional[str] = None) -> Optional[Resolved]:
+    """``resolve`` of an agent config's ``precision`` (its class's ``BF16_PARITY`` says whether parity is
+    shown); None for a config without the field. The driver calls it to report what its learner will do
+    (same function, same flags: on one host the two agree)."""
+    if config is None or not hasattr(config, "precision"):
+        return None
+    return resolve(config.precision, bf16_parity=bool(getattr(config, "BF16_PARITY", False)), gpu=gpu,
+                   cpuinfo=cpuinfo)
+
+
+def agent_label(config: Any) -> str:
+    """``D4PGConfig`` -> ``D4PG``: the agent's name in the console line."""
+    name = type(config).__name__
+    return name[:-len("Config")] if name.endswith("Config") else name
+
+
 def layer_dtype(precision: str) -> Any:
     """The Keras ``dtype`` argument for a network's layers: ``"float32"``, or the mixed_bfloat16 policy.
 

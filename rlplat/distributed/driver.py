@@ -24,6 +24,7 @@ from typing import Any, Dict, Optional
 
 import ray
 
+from rlplat import precision
 from rlplat import run_dir
 from rlplat.distributed import cluster
 from rlplat.distributed import counters
@@ -215,7 +216,13 @@ class Driver:
         exp, workers = self.experiment, self.workers
         config = {**exp.config_record(), "num_learner_replicas": workers.num_replicas,
                   "layout": dataclasses.asdict(self.layout)}
+        agent_config = getattr(exp.builder, "config", None)
+        # What the learner computes in: the learner resolves "auto" on its host with the same function.
+        resolved = precision.for_config(agent_config, gpu=bool(workers.plan and workers.plan.learner_gpus))
+        if resolved is not None:
+            self.console.message(resolved.line(precision.agent_label(agent_config)))
         run_info.write_run_info(self.logdir, config, extra={
+            "precision": None if resolved is None else resolved.to_dict(),
             "layout": "ray", "agent": agent_spec.agent_of_builder(exp.builder),
             "builder": type(exp.builder).__name__,
             "ray_address": workers.connection.address, "ray_local": workers.connection.local,

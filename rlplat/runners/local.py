@@ -218,7 +218,11 @@ class _LocalRun:
         from rlplat.utils import run_info  # pylint: disable=g-import-not-at-top
 
         exp = self.experiment
+        resolved = getattr(self.learner, "precision", None)  # the learner resolved it in this process
+        if resolved is not None:
+            print(resolved.line(getattr(self.learner, "NAME", "")), flush=True)
         run_info.write_run_info(exp.logdir, exp.config_record(), extra={
+            "precision": None if resolved is None else resolved.to_dict(),
             "layout": "local", "agent": agent_spec.agent_of_builder(exp.builder),
             "builder": type(exp.builder).__name__, "resumed_from_step": self.restored_step})
         self.checkpointer = checkpointing.Checkpointer(

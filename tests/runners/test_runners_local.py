@@ -93,3 +93,19 @@ def test_run_local_refuses_ray_settings_instead_of_ignoring_them():
     with pytest.raises(TypeError, match="run_local takes a LocalLayout .*envs_per_actor") as raised:
         run_local(experiment, RayLayoutConfig(envs_per_actor=4))
     assert "\n" not in str(raised.value)
+
+
+@pytest.mark.timeout(180)
+def test_run_local_records_and_prints_the_learners_precision(tmp_path, capsys):
+    from rlplat import precision  # pylint: disable=g-import-not-at-top
+
+    logdir = str(tmp_path / "run")
+    builder = D4PGBuilder(CONFIG.replace(precision="auto", min_replay_size=100), steps_per_call=4)
+    run_local(Experiment(builder, SHORT_EPISODES, num_actors=1, max_actor_steps=200, eval_every_actor_steps=0,
+                         eval_episodes=1, logdir=logdir), LocalLayout(actor_chunk_steps=100))
+    want = precision.resolve("auto", bf16_parity=True)  # this machine's CPU flags decide
+    with open(os.path.join(logdir, "run_info.json")) as f:
+        assert json.load(f)["precision"] == {"requested": "auto", "precision": want.precision,
+                                             "reason": want.reason}
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("precision:")]
+    assert lines == [f"precision: D4PG learner in {want.precision} (auto: {want.reason})"]
