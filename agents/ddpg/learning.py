@@ -6,35 +6,44 @@ from typing import Any, Dict
 import numpy as np
 import tensorflow as tf
 
+from rlplat import precision as precision_lib
 from rlplat.losses import dpg
 from rlplat.replay_fed_learner import ReplayFedLearner
 from rlplat.utils.optimizers import FusedAdam
 
 
-def make_networks(config, environment_spec):
+def make_networks(config, environment_spec, precision: str = "fp32"):
     """Built MLPs: policy obs [B, O] -> tanh actions [B, A]; critic [obs [B, O], action [B, A]] -> Q [B].
 
     The first layer is Dense+LayerNorm+tanh (Acme's layer-norm MLP; ReLU after it): on cartpole:swingup plain
     ReLU MLPs, blind to the observations' mixed scales, saturated the policy and reached ~260 in 30k steps.
+    ``precision`` "bf16" (``rlplat.precision``) runs the hidden layers in bfloat16; the output layers (A and 1
+    units wide: negligible products) stay float32, so actions, Q, the losses and dQ/da are float32.
     """
     obs, act = (int(np.prod(s.shape)) for s in (environment_spec.observations, environment_spec.actions))
     layers = tf.keras.layers
+    dtype = precision_lib.layer_dtype(precision)
 
     def mlp(sizes, out, activation=None, first=(), last=()):  # The output layer starts near 0, as in the paper.
         small = tf.keras.initializers.RandomUniform(-3e-3, 3e-3)
-        return tf.keras.Sequential([*first, layers.Dense(sizes[0]), layers.LayerNormalization(epsilon=1e-5),
-                                    layers.Activation("tanh"), *(layers.Dense(s, "relu") for s in sizes[1:]),
-                                    layers.Dense(out, activation, kernel_initializer=small), *last])
+        return tf.keras.Sequential([*first, layers.Dense(sizes[0], dtype=dtype),
+                                    layers.LayerNormalization(epsilon=1e-5, dtype=dtype),
+                                    layers.Activation("tanh", dtype=dtype),
+                                    *(layers.Dense(s, "relu", dtype=dtype) for s in sizes[1:]),
+                                    layers.Dense(out, activation, kernel_initializer=small, dtype="float32"), *last])
 
     policy = mlp(config.policy_layer_sizes, act, "tanh")
-    critic = mlp(config.critic_layer_sizes, 1, first=[layers.Concatenate()], last=[layers.Reshape(())])
+    critic = mlp(config.critic_layer_sizes, 1, first=[layers.Concatenate(dtype=dtype)], last=[layers.Reshape(())])
     policy(tf.zeros((1, obs)))
     critic([tf.zeros((1, obs)), tf.zeros((1, act))])
     return policy, critic
 
 
 class DDPGLearner(ReplayFedLearner):
-    """``policy``, ``critic``, ``target_*`` copies, Adam optimizers; ``kwargs`` go to ``ReplayFedLearner``."""
+    """``policy``, ``critic``, ``target_*`` copies, Adam optimizers; ``kwargs`` go to ``ReplayFedLearner``.
+
+    ``precision`` is the resolved ``config.precision`` (``rlplat.precision.Resolved``).
+    """
 
     NAME = "DDPG"
     GUARDED = ("critic loss", "policy loss", "critic gradient", "policy gradient")  # NaN guard: in this order
@@ -44,9 +53,11 @@ class DDPGLearner(ReplayFedLearner):
         super().__init__(replicator, iterator, **kwargs)
         replicator.per_replica_batch_size(config.global_batch_size)  # Divisible, or a clear error.
         self._config = config
+        self.precision = precision_lib.resolve(config.precision, bf16_parity=config.BF16_PARITY,
+                                               gpu=replicator.uses_gpus)
         with replicator.scope():
-            self.policy, self.critic = make_networks(config, environment_spec)
-            self.target_policy, self.target_critic = make_networks(config, environment_spec)
+            self.policy, self.critic = make_networks(config, environment_spec, self.precision.precision)
+            self.target_policy, self.target_critic = make_networks(config, environment_spec, self.precision.precision)
             self.policy_optimizer = FusedAdam(config.policy_learning_rate)
             self.critic_optimizer = FusedAdam(config.critic_learning_rate)
             self.policy_optimizer.build(self.policy.trainable_variables)  # Slots exist before a restore.

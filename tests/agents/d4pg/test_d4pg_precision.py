@@ -3,16 +3,7 @@
 Parity: an fp32 and a bf16 learner start from the same weights (copied) and
 take the same steps on the same fixed batches, at the default network sizes
 (the widths bf16 must hold at; its error grows with the inner dimension).
-Tolerances, and why they are what they are:
-
-- each loss within ``LOSS_RTOL`` (1%) of fp32's: bfloat16 keeps 8 significant
-  bits (relative rounding 2^-9 ~ 0.2%), and the losses read float32 logits;
-- each network's gradient (``_grads_fn``, before clipping) within
-  ``GRAD_RTOL`` (5%) of fp32's in relative L2 norm, with cosine > 0.995;
-- after ``STEPS`` Adam steps every weight within ``2 * lr * STEPS`` of
-  fp32's (Adam moves a weight by about lr per step whatever the gradient's
-  size, so one flipped sign of a near-zero gradient element moves it 2 lr),
-  and the mean absolute difference under ``lr / 4`` per step.
+The bars and their reasons are ``tests/precision_parity.py``'s.
 
 What runs in which precision is asserted too: the variables and the
 optimizers' slots are float32, the critic's logits and the policy's actions
@@ -34,10 +25,8 @@ from rlplat.utils.checkpointing import Checkpointer
 
 from d4pg_testlib import SPEC, all_weights, batches_dataset, random_batch
 from checkpoint_state import checkpointed_state
+import precision_parity as parity
 
-LOSS_RTOL = 1e-2
-GRAD_RTOL = 5e-2
-MIN_COSINE = 0.995
 STEPS = 4
 LR = 1e-3
 
@@ -75,10 +64,6 @@ def pair():
     return fp32, bf16, batches
 
 
-def _rel(a, b):
-    return float(np.linalg.norm(a - b) / np.linalg.norm(b))
-
-
 def test_bf16_computes_in_bfloat16_and_keeps_float32_state(pair):
     fp32, bf16, batches = pair
     assert bf16.precision.precision == "bf16" and fp32.precision.precision == "fp32"
@@ -95,17 +80,9 @@ def test_bf16_losses_and_gradients_match_fp32_on_a_fixed_batch(pair):
     fp32, bf16, batches = pair
     out32 = fp32._grads_fn(_batch_tensors(batches[0]))  # pylint: disable=protected-access
     out16 = bf16._grads_fn(_batch_tensors(batches[0]))  # pylint: disable=protected-access
-    for i, name in ((0, "critic loss"), (1, "policy loss"), (2, "mean Q")):
-        print(f"{name}: fp32 {float(out32[i]):.6g} bf16 {float(out16[i]):.6g}")
-    np.testing.assert_allclose(float(out16[0]), float(out32[0]), rtol=LOSS_RTOL)
-    np.testing.assert_allclose(float(out16[1]), float(out32[1]), rtol=LOSS_RTOL, atol=1e-4)
-    for i, name in ((3, "critic"), (4, "policy")):
-        g16 = np.concatenate([np.ravel(g) for g in out16[i]])
-        g32 = np.concatenate([np.ravel(g) for g in out32[i]])
-        assert g16.dtype == np.float32
-        rel, cos = _rel(g16, g32), float(g16 @ g32 / np.linalg.norm(g16) / np.linalg.norm(g32))
-        print(f"{name} gradient: relative L2 error {rel:.4f}, cosine {cos:.5f}")
-        assert rel < GRAD_RTOL and cos > MIN_COSINE, (name, rel, cos)
+    parity.assert_losses_match(("critic loss", "policy loss", "mean Q"), out32[:3], out16[:3], atol=1e-2)
+    parity.assert_gradients_match("critic", out32[3], out16[3])
+    parity.assert_gradients_match("policy", out32[4], out16[4])
 
 
 def test_bf16_steps_move_the_weights_as_fp32_steps_do(pair):
@@ -114,16 +91,9 @@ def test_bf16_steps_move_the_weights_as_fp32_steps_do(pair):
     m32 = [fp32.step() for _ in range(STEPS)]
     m16 = [bf16.step() for _ in range(STEPS)]
     assert fp32.num_steps == bf16.num_steps == STEPS
-    for a, b in zip(m32, m16):
-        np.testing.assert_allclose(b["critic_loss"], a["critic_loss"], rtol=LOSS_RTOL)
-    worst = mean = 0.0
-    for w32, w16, w0 in zip(all_weights(fp32), all_weights(bf16), before):
-        diff = np.abs(w16 - w32)
-        worst, mean = max(worst, float(diff.max())), max(mean, float(diff.mean()))
-        assert diff.max() <= 2 * LR * STEPS * 1.01
-    print(f"after {STEPS} steps: max |w_bf16 - w_fp32| {worst:.2e}, worst per-variable mean {mean:.2e} "
-          f"(lr {LR})")
-    assert mean < LR / 4 * STEPS
+    parity.assert_losses_match([f"critic loss, step {i + 1}" for i in range(STEPS)],
+                               [m["critic_loss"] for m in m32], [m["critic_loss"] for m in m16])
+    parity.assert_weights_close(all_weights(fp32), all_weights(bf16), LR, STEPS)
     assert not np.allclose(all_weights(fp32)[0], before[0])  # the steps did move the weights
 
 
