@@ -30,6 +30,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
+from rlplat import precision as precision_lib
 from rlplat.utils import numpy_layers
 from rlplat_agents.impala.numpy_policy import (  # noqa: F401  (the acting path, re-exported)
     LOG_STD_MAX, LOG_STD_MIN, OBS_NORM_CLIP, OBS_NORM_EPS, NumpyPolicy, normalize_numpy, squash_log_std_numpy)
@@ -69,6 +70,10 @@ class IMPALANetwork(tf.keras.Model):
         on the normalised observation (and, with an LSTM, the core's output
         under stop_gradient), so value regression never moves the policy's
         features and the policy gradient never moves the value's.
+      precision: "fp32", or "bf16" (``rlplat.precision``): the ReLU torsos
+        multiply in bfloat16; the LSTM core (its state is carried across
+        steps) and the heads (a few units wide) stay float32, so the policy
+        outputs and values are float32.
     """
 
     def __init__(self, num_outputs: int, discrete: bool, layer_sizes: Sequence[int],
@@ -76,7 +81,7 @@ class IMPALANetwork(tf.keras.Model):
                  normalize_observations: bool = False,
                  log_std_bounds: Tuple[float, float] = (LOG_STD_MIN, LOG_STD_MAX),
                  init_log_std: Optional[float] = None, separate_value: bool = False,
-                 name: str = "impala_network"):
+                 precision: str = "fp32", name: str = "impala_network"):
         super().__init__(name=name)
         if num_outputs < 1:
             raise ValueError(f"num_outputs must be >= 1 (got {num_outputs})")
@@ -99,7 +104,8 @@ class IMPALANetwork(tf.keras.Model):
                                            initializer="ones", **moments)
             self.obs_count = self.add_weight(name="obs_count", shape=(), initializer="zeros",
                                              **moments)
-        self.torso = [tf.keras.layers.Dense(int(s), activation="relu", name=f"torso_{i}")
+        dtype = precision_lib.layer_dtype(precision)
+        self.torso = [tf.keras.layers.Dense(int(s), activation="relu", name=f"torso_{i}", dtype=dtype)
                       for i, s in enumerate(layer_sizes)]
         self.lstm = (tf.keras.layers.LSTM(self.lstm_size, return_sequences=True,
                                           return_state=True, name="core")
@@ -115,7 +121,8 @@ class IMPALANetwork(tf.keras.Model):
         self.policy_head = tf.keras.layers.Dense(
             head_size, name="policy_head", bias_initializer=bias,
             kernel_initializer=tf.keras.initializers.VarianceScaling(0.01))
-        self.value_torso = ([tf.keras.layers.Dense(int(s), activation="relu", name=f"value_torso_{i}")
+        self.value_torso = ([tf.keras.layers.Dense(int(s), activation="relu", name=f"value_torso_{i}",
+                                                   dtype=dtype)
                              for i, s in enumerate(layer_sizes)] if separate_value else [])
         self.value_head = tf.keras.layers.Dense(1, name="value_head")
 
@@ -185,7 +192,7 @@ class IMPALANetwork(tf.keras.Model):
             x, _, _ = self.lstm(x, initial_state=[h, c])
         v = x
         if self.value_torso:
-            v = obs if self.lstm is None else tf.concat([obs, tf.stop_gradient(x)], axis=-1)
+            v = obs if self.lstm is None else tf.concat([obs, tf.stop_gradient(tf.cast(x, obs.dtype))], axis=-1)
             for layer in self.value_torso:
                 v = layer(v)
         return self.policy_head(x), tf.squeeze(self.value_head(v), -1)
@@ -207,8 +214,8 @@ def split_gaussian(policy_outputs, low: float = LOG_STD_MIN,
     return mean, squash_log_std(raw, low, high)
 
 
-def make_network(environment_spec, config) -> IMPALANetwork:
-    """The network for ``environment_spec``'s actions, built (variables exist).
+def make_network(environment_spec, config, precision: str = "fp32") -> IMPALANetwork:
+    """The network for ``environment_spec``'s actions, built (variables exist), in resolved ``precision``.
 
     Discrete actions need a ``DiscreteArray`` spec; anything else is a
     continuous box of ``prod(shape)`` dimensions.
@@ -224,7 +231,7 @@ def make_network(environment_spec, config) -> IMPALANetwork:
                         normalize_observations=config.normalize_observations,
                         log_std_bounds=(config.min_log_std, config.max_log_std),
                         init_log_std=config.init_log_std,
-                        separate_value=config.separate_value_network)
+                        separate_value=config.separate_value_network, precision=precision)
     net.unroll(tf.zeros((1, 2, obs_size)), net.initial_state(1))
     return net
 

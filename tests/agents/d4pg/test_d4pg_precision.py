@@ -74,6 +74,8 @@ def test_bf16_computes_in_bfloat16_and_keeps_float32_state(pair):
     hidden = bf16.critic._torso(tf.concat([obs, act], -1))  # pylint: disable=protected-access
     assert hidden.dtype == tf.bfloat16
     assert {s.dtype for s in bf16.critic_optimizer.variables} <= {tf.float32, tf.int64}
+    _, served = bf16.get_variables(["policy"])  # what actors receive: float32 arrays
+    assert {a.dtype for a in served["policy"]} == {np.dtype(np.float32)}
 
 
 def test_bf16_losses_and_gradients_match_fp32_on_a_fixed_batch(pair):

@@ -16,9 +16,9 @@ from checkpoint_state import checkpointed_state
 
 # With 2 replicas, unroll 6 is on replica 1 only: the all-reduce makes both skip.
 @pytest.mark.slow
-@pytest.mark.parametrize("num_replicas, bad_unroll", [(1, 1), (2, 6)])
-def test_nan_reward_mid_call_stops_at_that_step_with_the_last_finite_weights(num_replicas, bad_unroll):
-    config = small_config(max_policy_lag=100)
+@pytest.mark.parametrize("num_replicas, bad_unroll, precision", [(1, 1, "fp32"), (2, 6, "fp32"), (1, 1, "bf16")])
+def test_nan_reward_mid_call_stops_at_that_step_with_the_last_finite_weights(num_replicas, bad_unroll, precision):
+    config = small_config(max_policy_lag=100, precision=precision)
     batches = [random_batch(DISCRETE_SPEC, config, 8, seed=s) for s in range(4)]
     batches[2].reward[bad_unroll, 2] = np.nan  # the third step of the call
     repl = replication.make_replicator(num_replicas)
