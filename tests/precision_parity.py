@@ -26,14 +26,15 @@ def flat(arrays: Sequence) -> np.ndarray:
     return np.concatenate([np.ravel(np.asarray(a)) for a in arrays])
 
 
-def assert_gradients_match(name: str, fp32: Sequence, bf16: Sequence) -> None:
+def assert_gradients_match(name: str, fp32: Sequence, bf16: Sequence, rtol: float = GRAD_RTOL,
+                           min_cosine: float = MIN_COSINE) -> None:
     """Float32 gradients, close to fp32's in relative L2 norm and direction (prints the figures)."""
     assert all(g.dtype == tf.float32 for g in bf16), f"{name}: bf16 gradients must be float32"
     g16, g32 = flat(bf16), flat(fp32)
     rel = float(np.linalg.norm(g16 - g32) / np.linalg.norm(g32))
     cos = float(g16 @ g32 / (np.linalg.norm(g16) * np.linalg.norm(g32)))
     print(f"{name} gradient: relative L2 error {rel:.4f}, cosine {cos:.5f}")
-    assert rel < GRAD_RTOL and cos > MIN_COSINE, (name, rel, cos)
+    assert rel < rtol and cos > min_cosine, (name, rel, cos)
 
 
 def assert_losses_match(names: Sequence[str], fp32: Sequence, bf16: Sequence, atol: float = 0.0) -> None:

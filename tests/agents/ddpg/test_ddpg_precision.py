@@ -1,7 +1,12 @@
 """DDPG under ``precision="bf16"``: the step matches fp32's (``precision_parity``), NaN guard, checkpoints.
 
 The networks are the default widths (bf16's error grows with them); the
-batch is small to keep the steps cheap.
+batch is small to keep the steps cheap. One bar is wider than
+``precision_parity``'s: the policy gradient at initialisation. DDPG's critic
+output layer starts within +-3e-3, so dQ/da is a nearly cancelling sum over
+the hidden units, tiny next to its terms, and its bf16 relative error was
+0.8-7% over init seeds 0-7 (cosine >= 0.997) while the critic's stayed at
+0.16%; ``POLICY_GRAD_RTOL`` is 10%.
 """
 
 import os
@@ -16,6 +21,7 @@ from ddpg_testlib import all_weights, copy_weights, make_learner, random_batch, 
 import precision_parity as parity
 
 LR, STEPS = 1e-3, 4
+POLICY_GRAD_RTOL, POLICY_GRAD_MIN_COSINE = 0.1, 0.99
 
 
 def _config(precision):
@@ -28,6 +34,7 @@ def _batch_tensors(batch):
 
 
 def test_bf16_matches_fp32_on_fixed_batches():
+    tf.keras.utils.set_random_seed(0)
     batches = [random_batch(32, seed=s) for s in range(STEPS)]
     fp32 = make_learner(_config("fp32"), batches, steps_per_call=1)
     bf16 = make_learner(_config("bf16"), batches, steps_per_call=1)
@@ -40,7 +47,7 @@ def test_bf16_matches_fp32_on_fixed_batches():
     out16 = bf16._losses_and_grads(_batch_tensors(batches[0]))  # pylint: disable=protected-access
     parity.assert_losses_match(("critic loss", "policy loss", "mean Q"), out32[:3], out16[:3], atol=1e-4)
     parity.assert_gradients_match("critic", out32[3], out16[3])
-    parity.assert_gradients_match("policy", out32[4], out16[4])
+    parity.assert_gradients_match("policy", out32[4], out16[4], POLICY_GRAD_RTOL, POLICY_GRAD_MIN_COSINE)
     m32 = [fp32.step() for _ in range(STEPS)]
     m16 = [bf16.step() for _ in range(STEPS)]
     parity.assert_losses_match([f"critic loss, step {i + 1}" for i in range(STEPS)],

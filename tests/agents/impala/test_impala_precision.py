@@ -35,6 +35,7 @@ def _weights(learner):
 @pytest.mark.parametrize("core, spec", [("mlp", CONTINUOUS_SPEC), ("lstm", DISCRETE_SPEC)])
 def test_bf16_steps_match_fp32_steps_on_fixed_batches(core, spec):
     # The default torso widths; a few unrolls keep the steps cheap.
+    tf.keras.utils.set_random_seed(0)
     configs = {p: small_config(core=core, layer_sizes=(256, 256), learning_rate=LR, max_policy_lag=100,
                                precision=p) for p in ("fp32", "bf16")}
     batches = [random_batch(spec, configs["fp32"], 8, seed=s) for s in range(STEPS)]
