@@ -1,4 +1,4 @@
-"""How close the D4PG learner step runs to this machine's fp32 matmul peak.
+"""How close the D4PG learner step runs to this machine's matmul peak, in fp32 and in bf16.
 
 One run, one process, nothing else started:
 
@@ -13,22 +13,28 @@ One run, one process, nothing else started:
    of them as the learner has inter-op threads (best of a few rounds, same
    TF threads as the learner); the step's matmul-bound time is
    ``sum(flops_i / rate_i)``. A large square product
-   gives the machine's best-case fp32 rate for reference.
+   gives the machine's best-case rate for reference. Each is measured with
+   float32 operands and, for the bf16 learner, bfloat16 ones.
 3. **The learner.** The real ``D4PGLearner`` at the default config, fed from
    one batch held in memory (the limit the Reverb feed is measured against in
-   ``d4pg_throughput.py``), at the TF thread counts the layout gives it.
+   ``d4pg_throughput.py``), at the TF thread counts the layout gives it; one
+   learner per ``--precisions`` entry (fp32 and bf16: ``rlplat.precision``),
+   same weights' shapes, timed in turn A B B A ... in this process.
 
 ``fraction_of_peak`` = achieved matmul FLOP/s in the learner / the same-shape
-peak. Matmuls are most but not all of a step (layer norm, elu, the categorical
+peak of the learner's own precision (the bf16 learner against the bf16
+peak). The top-level keys are fp32's; ``by_precision`` holds each, and
+``bf16_over_fp32`` the ratios (issue 31's targets: bf16 steps/s >= 1.4x
+fp32's, and >= 50% of the bf16 peak). Matmuls are most but not all of a step (layer norm, elu, the categorical
 projection, Adam): ``matmul_share`` says how much of the step's time the
 matmuls alone would take at peak.
 
-``--backend torch`` runs parts 1-2 and a step of the same shapes written in
-PyTorch on whatever device it finds (a GPU where one is lent): a proxy for a
-GPU learner where TensorFlow 2.15 cannot be installed (no wheel for the
-Python there). It is not rlplat's learner.
+``--backend torch`` (``learner_roofline_torch.py``) runs parts 1-2 and a step
+of the same shapes written in PyTorch on whatever device it finds (a GPU
+where one is lent), in fp32 only: a proxy for a GPU learner where
+TensorFlow 2.15 cannot be installed. It is not rlplat's learner.
 
-    python bench/learner_roofline.py [--env cartpole:swingup] [--threads INTRA,INTER] [--name NAME]
+    python bench/learner_roofline.py [--env cartpole:swingup] [--threads INTRA,INTER] [--precisions fp32,bf16]
 """
 
 from __future__ import annotations
@@ -135,17 +141,20 @@ def graph_matmuls(graph: Any) -> Counter:
 
 
 # ----------------------------------------------------------------- TF backend
-def _tf_shape_rates(tf, shapes: Sequence[Shape], seconds: float, chains: int) -> Dict[Shape, float]:
+def _tf_shape_rates(tf, shapes: Sequence[Shape], seconds: float, chains: int,
+                    dtype: Any = None) -> Dict[Shape, float]:
     """Best FLOP/s of each shape over 3 rounds, with ``chains`` independent chains of products.
 
     Each chain is a sequence of products ordered by control dependencies (no
     extra arithmetic between them, and none can be pruned or hoisted); the
     chains are independent, so TF's inter-op threads run them side by side as
-    they can run independent ops of the learner's step.
+    they can run independent ops of the learner's step. ``dtype``: the
+    operands' (float32 when None; bfloat16 for the bf16 learner's products).
     """
     rates = {}
     for m, k, n in shapes:
-        pairs = [(tf.random.normal((m, k)), tf.random.normal((k, n))) for _ in range(chains)]
+        pairs = [(tf.cast(tf.random.normal((m, k)), dtype or tf.float32),
+                  tf.cast(tf.random.normal((k, n)), dtype or tf.float32)) for _ in range(chains)]
         reps = max(1, int(2e8 // (2 * m * k * n * chains)))  # ~0.2 GFLOP per call
 
         @tf.function
@@ -172,8 +181,23 @@ def _tf_shape_rates(tf, shapes: Sequence[Shape], seconds: float, chains: int) ->
     return rates
 
 
+def _abba_rates(learners: Dict[str, Any], seconds: float, rounds: int) -> Dict[str, List[float]]:
+    """Steps/s of each learner, timed in turn A B B A ... (``rounds`` each) so drift in the machine's load
+    falls on both alike; ``seconds`` in all."""
+    names = list(learners)
+    out: Dict[str, List[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            learner = learners[name]
+            n0, t0 = learner.num_steps, time.perf_counter()
+            while time.perf_counter() - t0 < seconds / (rounds * len(names)):
+                learner.step()
+            out[name].append((learner.num_steps - n0) / (time.perf_counter() - t0))
+    return out
+
+
 def run_tf(args) -> Dict[str, Any]:
-    """Parts 1-3 with TensorFlow and the real learner."""
+    """Parts 1-3 with TensorFlow and the real learner, at each of ``--precisions``."""
     from rlplat.distributed import process
 
     from rlplat.utils import tf_setup
@@ -204,23 +228,21 @@ def run_tf(args) -> Dict[str, Any]:
              np.full(batch_size, cfg.discount ** cfg.n_step, np.float32),
              rng.normal(size=(batch_size, obs_size)).astype(np.float32))
     repl = replication.make_replicator(num_replicas=1)
-    learner = D4PGLearner(cfg, spec, repl, repl.distribute(tf.data.Dataset.from_tensors(batch).repeat()),
-                          steps_per_call=builder.steps_per_call, jit_compile=builder.jit_compile)
+    precisions = args.precisions.split(",")
+    # Both learners live in this process and take turns (never at once).
+    learners = {p: D4PGLearner(cfg.replace(precision=p), spec, repl,
+                               repl.distribute(tf.data.Dataset.from_tensors(batch).repeat()),
+                               steps_per_call=builder.steps_per_call, jit_compile=builder.jit_compile)
+                for p in precisions}
 
     counted = step_matmuls(obs_size, act_size, batch_size, cfg.policy_layer_sizes,
                            cfg.critic_layer_sizes, cfg.num_atoms)
-    traced = graph_matmuls(learner._grads_fn.get_concrete_function(  # pylint: disable=protected-access
-        tuple(tf.constant(x) for x in batch)).graph)
-
-    for _ in range(3):  # trace and warm up
-        learner.step()
-    step_rates = []
-    for _ in range(args.rounds):
-        n0, t0 = learner.num_steps, time.perf_counter()
-        while time.perf_counter() - t0 < args.seconds / args.rounds:
+    traced = {p: graph_matmuls(learner._grads_fn.get_concrete_function(  # pylint: disable=protected-access
+        tuple(tf.constant(x) for x in batch)).graph) for p, learner in learners.items()}
+    for learner in learners.values():
+        for _ in range(3):  # trace and warm up
             learner.step()
-        step_rates.append((learner.num_steps - n0) / (time.perf_counter() - t0))
-    steps_per_s = float(np.median(step_rates))
+    step_rates = _abba_rates(learners, args.seconds, args.rounds)
 
     # As many independent chains as TF may run ops side by side (inter-op threads).
     # Grappler would merge a chain's identical products (same inputs) once it
@@ -230,128 +252,45 @@ def run_tf(args) -> Dict[str, Any]:
     tf.config.optimizer.set_experimental_options({
         "dependency_optimization": False,
         "arithmetic_optimization": False, "constant_folding": False, "loop_optimization": False})
-    rates = _tf_shape_rates(tf, sorted(counted), args.peak_seconds, chains=inter)
     square = args.square
-    square_rate = _tf_shape_rates(tf, [(square, square, square)], args.peak_seconds / 3, chains=inter)
-    return _report(args, "tensorflow", "cpu" if not args.gpu else "gpu", counted, traced, rates,
-                   square_rate[(square, square, square)], steps_per_s, step_rates,
-                   {"obs_size": obs_size, "action_size": act_size, "batch": batch_size,
-                    "steps_per_call": builder.steps_per_call, "jit_compile": builder.jit_compile,
-                    "tf_threads": [intra, inter]})
+    reports = {}
+    for p in precisions:
+        dtype = tf.bfloat16 if p == "bf16" else tf.float32
+        rates = _tf_shape_rates(tf, sorted(counted), args.peak_seconds, chains=inter, dtype=dtype)
+        square_rate = _tf_shape_rates(tf, [(square, square, square)], args.peak_seconds / 3, chains=inter,
+                                      dtype=dtype)
+        reports[p] = make_report(args, "tensorflow", "cpu" if not args.gpu else "gpu", counted, traced[p], rates,
+                                 square_rate[(square, square, square)], float(np.median(step_rates[p])),
+                                 step_rates[p], {"obs_size": obs_size, "action_size": act_size,
+                                                 "batch": batch_size, "steps_per_call": builder.steps_per_call,
+                                                 "jit_compile": builder.jit_compile, "tf_threads": [intra, inter],
+                                                 "precision": p})
+    return combine(reports)
 
 
-# -------------------------------------------------------------- torch backend
-def run_torch(args) -> Dict[str, Any]:
-    """Parts 1-2 and a same-shape proxy step in PyTorch (fp32, TF32 off)."""
-    import torch
+def combine(reports: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+    """One report per precision -> the first one's (fp32's) keys at the top, each under ``by_precision``,
+    and the bf16 / fp32 ratios with their targets (issue 31: steps/s >= 1.4x, >= 50% of bf16's peak)."""
+    first = next(iter(reports.values()))
+    out = {**first, "by_precision": {p: {k: r[k] for k in _PER_PRECISION} for p, r in reports.items()}}
+    if "fp32" in reports and "bf16" in reports:
+        a, b = reports["fp32"], reports["bf16"]
+        out["bf16_over_fp32"] = {
+            "learner_steps_per_s": b["learner_steps_per_s"] / a["learner_steps_per_s"],
+            "peak_same_shapes": b["peak_same_shapes_gflop_per_s"] / a["peak_same_shapes_gflop_per_s"],
+            "square_peak": b["square_gflop_per_s"] / a["square_gflop_per_s"],
+            "target_steps_ratio": 1.4, "target_fraction_of_bf16_peak": 0.5}
+    return out
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    obs_size, act_size = TASK_SIZES[args.env]
-    batch_size, policy_layers, critic_layers, atoms = 256, (256, 256, 256), (512, 512, 256), 51
-    counted = step_matmuls(obs_size, act_size, batch_size, policy_layers, critic_layers, atoms)
 
-    def sync():
-        if device == "cuda":
-            torch.cuda.synchronize()
-
-    def shape_rates(shapes, seconds):
-        rates = {}
-        for m, k, n in shapes:
-            a = torch.randn(m, k, device=device)
-            b = torch.randn(k, n, device=device)
-            reps = max(1, int(2e8 // (2 * m * k * n)))
-            best = 0.0
-            for _ in range(4):
-                sync()
-                calls, t0 = 0, time.perf_counter()
-                while time.perf_counter() - t0 < seconds / 4:
-                    for _ in range(reps):
-                        torch.mm(a, b)
-                    calls += 1
-                    sync()
-                best = max(best, calls * reps * 2 * m * k * n / (time.perf_counter() - t0))
-            rates[(m, k, n)] = best
-        return rates
-
-    def mlp(sizes, out):
-        layers, prev = [], sizes[0]
-        for i, h in enumerate(sizes[1:]):
-            layers += [torch.nn.Linear(prev, h)]
-            layers += [torch.nn.LayerNorm(h), torch.nn.Tanh()] if i == 0 else [torch.nn.ELU()]
-            prev = h
-        layers.append(torch.nn.Linear(prev, out))
-        return torch.nn.Sequential(*layers).to(device)
-
-    policy, target_policy = (mlp((obs_size,) + policy_layers, act_size) for _ in range(2))
-    critic, target_critic = (mlp((obs_size + act_size,) + critic_layers, atoms) for _ in range(2))
-    support = torch.linspace(-150, 150, atoms, device=device)
-    graphed = args.cuda_graph and device == "cuda"
-    # capturable: Adam keeps its step count on the GPU, so a captured step replays correctly.
-    opt_p = torch.optim.Adam(policy.parameters(), 1e-4, capturable=graphed)
-    opt_c = torch.optim.Adam(critic.parameters(), 1e-4, capturable=graphed)
-    o_tm1 = torch.randn(batch_size, obs_size, device=device)
-    a_tm1 = torch.rand(batch_size, act_size, device=device) * 2 - 1
-    o_t = torch.randn(batch_size, obs_size, device=device)
-    r_t = torch.rand(batch_size, device=device)
-
-    def eager_step():
-        with torch.no_grad():
-            target = torch.softmax(target_critic(torch.cat([o_t, torch.tanh(target_policy(o_t))], 1)), 1)
-            # Stand-in for the categorical projection: same shapes, no sort.
-            target = target * (1 + 0 * r_t[:, None])
-        logits = critic(torch.cat([o_tm1, a_tm1], 1))
-        critic_loss = -(target * torch.log_softmax(logits, 1)).sum(1).mean()
-        opt_c.zero_grad(set_to_none=True)
-        critic_loss.backward()
-        opt_c.step()
-        actions = torch.tanh(policy(o_t))
-        q = (torch.softmax(critic(torch.cat([o_t, actions], 1)), 1) * support).sum(1)
-        opt_p.zero_grad(set_to_none=True)
-        (-q.mean()).backward(inputs=list(policy.parameters()))
-        opt_p.step()
-
-    step = eager_step
-    if graphed:
-        # One CUDA graph replays the whole step: no Python or launch cost per kernel.
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                eager_step()
-        torch.cuda.current_stream().wait_stream(side)
-        opt_c.zero_grad(set_to_none=True)
-        opt_p.zero_grad(set_to_none=True)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            eager_step()
-        step = graph.replay
-    for _ in range(20):
-        step()
-    sync()
-    step_rates = []
-    for _ in range(args.rounds):
-        n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < args.seconds / args.rounds:
-            for _ in range(10):
-                step()
-            n += 10
-            sync()
-        step_rates.append(n / (time.perf_counter() - t0))
-    rates = shape_rates(sorted(counted), args.peak_seconds)
-    square = args.square
-    square_rate = shape_rates([(square, square, square)], args.peak_seconds / 3)[(square, square, square)]
-    name = torch.cuda.get_device_name(0) if device == "cuda" else "cpu"
-    mode = "one CUDA graph per step" if graphed else "eager"
-    backend = f"torch {torch.__version__}, {mode} (proxy step, not rlplat's learner)"
-    return _report(args, backend, name, counted,
-                   None, rates, square_rate, float(sorted(step_rates)[len(step_rates) // 2]), step_rates,
-                   {"obs_size": obs_size, "action_size": act_size, "batch": batch_size, "tf32": False})
+# What differs between the precisions (the rest, e.g. the FLOP count, is the same).
+_PER_PRECISION = ("learner_steps_per_s", "learner_steps_per_s_rounds", "achieved_gflop_per_s",
+                  "peak_same_shapes_gflop_per_s", "shape_gflop_per_s", "square_gflop_per_s", "fraction_of_peak",
+                  "fraction_of_square_peak", "matmul_share", "matmuls_match_graph")
 
 
 # --------------------------------------------------------------------- report
-def _report(args, backend, device, counted, traced, rates, square_rate, steps_per_s, step_rates, extra):
+def make_report(args, backend, device, counted, traced, rates, square_rate, steps_per_s, step_rates, extra):
     step_flops = flops(counted)
     matmul_bound_s = sum(2 * m * k * n * c / rates[(m, k, n)] for (m, k, n), c in counted.items())
     peak_same_shapes = step_flops / matmul_bound_s
@@ -389,18 +328,23 @@ def plot(report: Dict[str, Any], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    shapes = report["shape_gflop_per_s"]
-    labels = [f"{m}x{k}x{n}" for m, k, n, _ in shapes]
+    by = report.get("by_precision") or {"fp32": report}
+    labels = [f"{m}x{k}x{n}" for m, k, n, _ in report["shape_gflop_per_s"]]
     fig, ax = plt.subplots(figsize=(10, 4.5))
-    ax.bar(range(len(shapes)), [r for *_, r in shapes], color="#8fb3d9", label="peak of this shape alone")
-    ax.axhline(report["peak_same_shapes_gflop_per_s"], color="#1f4e79", ls="--",
-               label=f"the step's matmuls at peak: {report['peak_same_shapes_gflop_per_s']:.0f} GFLOP/s")
-    ax.axhline(report["achieved_gflop_per_s"], color="#c0392b",
-               label=f"learner achieved: {report['achieved_gflop_per_s']:.0f} GFLOP/s "
-                     f"({100 * report['fraction_of_peak']:.0f}%)")
+    width = 0.8 / len(by)
+    for i, (p, r) in enumerate(by.items()):  # bars side by side, one colour pair per precision
+        light, dark, line = (("#8fb3d9", "#1f4e79", "#c0392b") if i == 0 else ("#f5c28c", "#a04000", "#6c3483"))
+        ax.bar([x + (i - (len(by) - 1) / 2) * width for x in range(len(labels))],
+               [g for *_, g in r["shape_gflop_per_s"]], width, color=light, label=f"{p}: peak of this shape alone")
+        ax.axhline(r["peak_same_shapes_gflop_per_s"], color=dark, ls="--",
+                   label=f"{p}: the step's matmuls at peak: {r['peak_same_shapes_gflop_per_s']:.0f} GFLOP/s")
+        ax.axhline(r["achieved_gflop_per_s"], color=line,
+                   label=f"{p} learner: {r['learner_steps_per_s']:.1f} steps/s, {r['achieved_gflop_per_s']:.0f} "
+                         f"GFLOP/s ({100 * r['fraction_of_peak']:.0f}% of its peak)")
+    shapes = labels
     ax.set_xticks(range(len(shapes)))
     ax.set_xticklabels(labels, rotation=60, ha="right", fontsize=7)
-    ax.set_ylabel("GFLOP/s (fp32)")
+    ax.set_ylabel("GFLOP/s")
     m = report["machine"]
     ax.set_title(f"D4PG learner roofline, {report['env']}: {report['learner_steps_per_s']:.1f} steps/s, "
                  f"{report['step_gflop']:.2f} GFLOP/step\n{report['device']} / {m.get('cpu_model')} "
@@ -421,23 +365,35 @@ def main(argv=None) -> int:
     parser.add_argument("--gpu", action="store_true", help="let TensorFlow see a GPU")
     parser.add_argument("--cuda-graph", action="store_true", help="torch on a GPU: replay each step as a CUDA graph")
     parser.add_argument("--seconds", type=float, default=30.0, help="learner timing, all rounds")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=4, help="timed turns of each learner (A B B A ...)")
+    parser.add_argument("--precisions", default="fp32,bf16",
+                        help="learner precisions to time and peaks to measure, comma-separated (fp32 first)")
     parser.add_argument("--peak-seconds", type=float, default=1.5, help="per matmul shape")
     parser.add_argument("--square", type=int, default=1024)
     parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     parser.add_argument("--name", default="learner_roofline", help="output file stem")
     args = parser.parse_args(argv)
-    report = run_tf(args) if args.backend == "tensorflow" else run_torch(args)
+    if args.backend == "tensorflow":
+        report = run_tf(args)
+    else:
+        from learner_roofline_torch import run_torch  # bench/: the PyTorch proxy step
+
+        report = run_torch(args)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, f"{args.name}.json"), "w") as f:
         json.dump(report, f, indent=1)
     plot(report, os.path.join(args.out, f"{args.name}.png"))
-    print(f"{report['device']}: {report['learner_steps_per_s']:.1f} learner steps/s x "
-          f"{report['step_gflop']:.3f} GFLOP = {report['achieved_gflop_per_s']:.1f} GFLOP/s; "
-          f"same-shape peak {report['peak_same_shapes_gflop_per_s']:.1f} -> "
-          f"{100 * report['fraction_of_peak']:.0f}% (target 50%); {args.square}^3 peak "
-          f"{report['square_gflop_per_s']:.1f}; matmuls would take {100 * report['matmul_share']:.0f}% "
-          f"of the step at peak; graph count matches: {report['matmuls_match_graph']}")
+    for p, r in (report.get("by_precision") or {"fp32": report}).items():
+        print(f"{report['device']} {p}: {r['learner_steps_per_s']:.1f} learner steps/s x "
+              f"{report['step_gflop']:.3f} GFLOP = {r['achieved_gflop_per_s']:.1f} GFLOP/s; "
+              f"same-shape peak {r['peak_same_shapes_gflop_per_s']:.1f} -> "
+              f"{100 * r['fraction_of_peak']:.0f}% (target 50%); {args.square}^3 peak "
+              f"{r['square_gflop_per_s']:.1f}; matmuls would take {100 * r['matmul_share']:.0f}% "
+              f"of the step at peak; graph count matches: {r['matmuls_match_graph']}")
+    ratio = report.get("bf16_over_fp32")
+    if ratio:
+        print(f"bf16 / fp32: learner steps/s {ratio['learner_steps_per_s']:.2f}x (target 1.4x), same-shape peak "
+              f"{ratio['peak_same_shapes']:.2f}x, {args.square}^3 peak {ratio['square_peak']:.2f}x")
     return 0
 
 

@@ -1,12 +1,13 @@
 """The learners' arithmetic precision: ``fp32``, ``bf16`` (mixed) or ``auto``.
 
-``bf16`` is mixed precision. Dense layers multiply and activate in bfloat16;
+``bf16`` is mixed precision: the networks' dense layers multiply in bfloat16
+(``rlplat.utils.bf16_dense.BF16Dense``, forward and backward products);
 their variables, the optimizers' slots, every loss, the categorical
-projection and all reductions stay float32. It is done with a per-layer Keras
-dtype policy (``mixed_bfloat16``), never the process-global one, so an fp32
-and a bf16 network can live in one process (tests, benches) and actors,
-evaluators and exported weights see float32 only. No loss scale is needed:
-bfloat16 keeps float32's exponent range, only the mantissa is shorter.
+projection and all reductions stay float32. It is chosen layer by layer,
+never through Keras' process-global policy, so an fp32 and a bf16 network
+can live in one process (tests, benches), and actors, evaluators and
+exported weights see float32 only. No loss scale is needed: bfloat16 keeps
+float32's exponent range, only the mantissa is shorter.
 
 ``auto`` resolves to bf16 only where it is known to pay and to be correct:
 
@@ -17,8 +18,8 @@ bfloat16 keeps float32's exponent range, only the mantissa is shorter.
 - the agent's bf16 step is shown to match its fp32 step (its spec passes
   ``bf16_parity=True``: a parity test in tests/agents/<agent>).
 
-This module imports no TensorFlow at load: configs and the CLI use
-``PRECISIONS`` and ``check``; only ``layer_dtype`` needs TensorFlow.
+This module imports no TensorFlow: configs and the CLI use ``PRECISIONS`` and
+``check``; the layers are in ``rlplat.utils.bf16_dense``.
 """
 
 from __future__ import annotations
@@ -129,17 +130,3 @@ def agent_label(config: Any) -> str:
     """``D4PGConfig`` -> ``D4PG``: the agent's name in the console line."""
     name = type(config).__name__
     return name[:-len("Config")] if name.endswith("Config") else name
-
-
-def layer_dtype(precision: str) -> Any:
-    """The Keras ``dtype`` argument for a network's layers: ``"float32"``, or the mixed_bfloat16 policy.
-
-    ``precision`` must be resolved (fp32 or bf16), not ``auto``.
-    """
-    if precision == "fp32":
-        return "float32"
-    if precision == "bf16":
-        import tensorflow as tf  # pylint: disable=g-import-not-at-top  (only the learner's networks need it)
-
-        return tf.keras.mixed_precision.Policy("mixed_bfloat16")
-    raise ValueError(f"layer_dtype needs a resolved precision, fp32 or bf16 (got {precision!r})")

@@ -11,6 +11,7 @@
   variable's mean absolute difference under ``lr k / 4``.
 """
 
+from collections import Counter
 from typing import Sequence
 
 import numpy as np
@@ -19,6 +20,13 @@ import tensorflow as tf
 LOSS_RTOL = 1e-2
 GRAD_RTOL = 5e-2
 MIN_COSINE = 0.995
+
+
+def matmul_dtypes(function, *args) -> Counter:
+    """{dtype name: count} of the MatMul ops in ``function``'s traced graph (a ``tf.function``) on ``args``."""
+    graph = function.get_concrete_function(*args).graph
+    return Counter(op.get_attr("T").name for op in graph.get_operations()
+                   if op.type in ("MatMul", "_FusedMatMul", "BatchMatMulV2"))
 
 
 def flat(arrays: Sequence) -> np.ndarray:

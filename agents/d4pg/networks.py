@@ -22,7 +22,7 @@ from typing import Any, Dict, List, Sequence
 import numpy as np
 import tensorflow as tf
 
-from rlplat import precision as precision_lib
+from rlplat.utils.bf16_dense import dense_class
 
 # Sonnet's LayerNorm epsilon (Acme's networks are Sonnet); Keras' default is 1e-3.
 _LAYER_NORM_EPSILON = 1e-5
@@ -45,30 +45,28 @@ def torso_initializer(mode: str = "fan_out") -> tf.keras.initializers.Initialize
 
 
 def _layer_norm_mlp(layer_sizes: Sequence[int], name: str,
-                    init_mode: str = "fan_out", dtype: Any = "float32") -> List[tf.keras.layers.Layer]:
+                    init_mode: str = "fan_out", dense: Any = tf.keras.layers.Dense) -> List[tf.keras.layers.Layer]:
     """Layers of a layer-norm MLP: Dense+LayerNorm+tanh, then Dense+elu.
 
     The tanh after the first LayerNorm bounds the torso's input features
     whatever the observation scale; the remaining layers use elu and are all
     activated (including the last), as the heads add their own linear layer.
-    ``dtype`` is every layer's Keras dtype (``rlplat.precision.layer_dtype``):
-    under mixed_bfloat16 the layer norm still computes its statistics in
-    float32 (Keras upcasts) and hands back bfloat16.
+    ``dense`` is the Dense class (``rlplat.utils.bf16_dense.dense_class``:
+    under bf16 the products run in bfloat16, the layer norm and activations
+    in float32).
     """
     sizes = [int(s) for s in layer_sizes]
     if not sizes or min(sizes) < 1:
         raise ValueError(f"layer_sizes must be non-empty positive ints (got {layer_sizes!r})")
     layers: List[tf.keras.layers.Layer] = [
-        tf.keras.layers.Dense(sizes[0], kernel_initializer=torso_initializer(init_mode),
-                              name=f"{name}_dense_0", dtype=dtype),
+        dense(sizes[0], kernel_initializer=torso_initializer(init_mode), name=f"{name}_dense_0"),
         tf.keras.layers.LayerNormalization(axis=-1, epsilon=_LAYER_NORM_EPSILON,
-                                           name=f"{name}_layer_norm", dtype=dtype),
-        tf.keras.layers.Activation("tanh", name=f"{name}_tanh", dtype=dtype),
+                                           name=f"{name}_layer_norm"),
+        tf.keras.layers.Activation("tanh", name=f"{name}_tanh"),
     ]
     for i, size in enumerate(sizes[1:], start=1):
-        layers.append(tf.keras.layers.Dense(size, activation="elu",
-                                            kernel_initializer=torso_initializer(init_mode),
-                                            name=f"{name}_dense_{i}", dtype=dtype))
+        layers.append(dense(size, activation="elu", kernel_initializer=torso_initializer(init_mode),
+                            name=f"{name}_dense_{i}"))
     return layers
 
 
@@ -80,8 +78,8 @@ def make_policy_network(action_size: int, layer_sizes: Sequence[int],
       action_size: A, the flat action dimension.
       layer_sizes: hidden sizes of the layer-norm MLP torso.
       init_mode: the torso's ``torso_initializer`` mode.
-      precision: "fp32", or "bf16": the dense layers in bfloat16, the final
-        tanh in float32 (``rlplat.precision``); weights are float32 either way.
+      precision: "fp32", or "bf16": the dense layers' products in bfloat16
+        (``rlplat.precision``); weights and outputs are float32 either way.
 
     Returns:
       A ``tf.keras.Sequential`` mapping obs [B, O] float32 -> actions [B, A] float32.
@@ -89,18 +87,17 @@ def make_policy_network(action_size: int, layer_sizes: Sequence[int],
     """
     if action_size < 1:
         raise ValueError(f"action_size must be >= 1 (got {action_size})")
-    dtype = precision_lib.layer_dtype(precision)
-    layers = _layer_norm_mlp(layer_sizes, "policy", init_mode, dtype)
+    dense = dense_class(precision)
+    layers = _layer_norm_mlp(layer_sizes, "policy", init_mode, dense)
     # Near-zero output init (scale 1e-4): the initial policy outputs ~0 so
     # early exploration is driven by the actors' Gaussian noise, not by
     # saturated tanh outputs from a random init.
-    layers.append(tf.keras.layers.Dense(
+    layers.append(dense(
         action_size,
         kernel_initializer=tf.keras.initializers.VarianceScaling(
             scale=1e-4, mode="fan_in", distribution="truncated_normal"),
-        name="policy_output", dtype=dtype))
-    # float32: the squash casts the output back, so dQ/da and the DPG loss are float32.
-    layers.append(tf.keras.layers.Activation("tanh", name="policy_squash", dtype="float32"))
+        name="policy_output"))
+    layers.append(tf.keras.layers.Activation("tanh", name="policy_squash"))
     return tf.keras.Sequential(layers, name="d4pg_policy")
 
 
@@ -120,19 +117,15 @@ class DiscreteValuedHead(tf.keras.layers.Layer):
     sum_i softmax(logits)_i * atoms_i, i.e. Q(s, a) for the critic.
     """
 
-    def __init__(self, v_min: float, v_max: float, num_atoms: int, dense_dtype: Any = "float32",
+    def __init__(self, v_min: float, v_max: float, num_atoms: int, dense: Any = tf.keras.layers.Dense,
                  **kwargs: Any):
         super().__init__(**kwargs)
         self.atoms = make_atoms(v_min, v_max, num_atoms)
-        self._logits = tf.keras.layers.Dense(num_atoms, name="logits", dtype=dense_dtype)
+        self._logits = dense(num_atoms, name="logits")
 
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
-        """features [B, F] -> logits [B, num_atoms], float32 whatever the product's precision.
-
-        The softmax, the projection and the cross-entropy read these logits:
-        they stay float32 (a bfloat16 logit has ~3 significant digits).
-        """
-        return tf.cast(self._logits(inputs), tf.float32)
+        """features [B, F] -> logits [B, num_atoms], float32 (the projection and the loss read them)."""
+        return self._logits(inputs)
 
     def mean(self, logits: tf.Tensor) -> tf.Tensor:
         """logits [B, N] -> expected value [B]."""
@@ -149,10 +142,10 @@ class CriticNetwork(tf.keras.Model):
                  v_min: float, v_max: float, name: str = "d4pg_critic",
                  init_mode: str = "fan_out", precision: str = "fp32"):
         super().__init__(name=name)
-        dtype = precision_lib.layer_dtype(precision)
-        self._torso = tf.keras.Sequential(_layer_norm_mlp(layer_sizes, "critic", init_mode, dtype),
+        dense = dense_class(precision)
+        self._torso = tf.keras.Sequential(_layer_norm_mlp(layer_sizes, "critic", init_mode, dense),
                                           name="critic_torso")
-        self.head = DiscreteValuedHead(v_min, v_max, num_atoms, dense_dtype=dtype, name="critic_head")
+        self.head = DiscreteValuedHead(v_min, v_max, num_atoms, dense=dense, name="critic_head")
 
     @property
     def atoms(self) -> tf.Tensor:

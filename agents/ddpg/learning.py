@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from rlplat import precision as precision_lib
 from rlplat.losses import dpg
+from rlplat.utils.bf16_dense import dense_class
 from rlplat.replay_fed_learner import ReplayFedLearner
 from rlplat.utils.optimizers import FusedAdam
 
@@ -17,23 +18,21 @@ def make_networks(config, environment_spec, precision: str = "fp32"):
 
     The first layer is Dense+LayerNorm+tanh (Acme's layer-norm MLP; ReLU after it): on cartpole:swingup plain
     ReLU MLPs, blind to the observations' mixed scales, saturated the policy and reached ~260 in 30k steps.
-    ``precision`` "bf16" (``rlplat.precision``) runs the hidden layers in bfloat16; the output layers (A and 1
-    units wide: negligible products) stay float32, so actions, Q, the losses and dQ/da are float32.
+    ``precision`` "bf16" (``rlplat.precision``) runs the hidden layers' products in bfloat16; the output layers
+    (A and 1 units wide: negligible products) stay float32. Weights and every output are float32.
     """
     obs, act = (int(np.prod(s.shape)) for s in (environment_spec.observations, environment_spec.actions))
     layers = tf.keras.layers
-    dtype = precision_lib.layer_dtype(precision)
+    dense = dense_class(precision)
 
     def mlp(sizes, out, activation=None, first=(), last=()):  # The output layer starts near 0, as in the paper.
         small = tf.keras.initializers.RandomUniform(-3e-3, 3e-3)
-        return tf.keras.Sequential([*first, layers.Dense(sizes[0], dtype=dtype),
-                                    layers.LayerNormalization(epsilon=1e-5, dtype=dtype),
-                                    layers.Activation("tanh", dtype=dtype),
-                                    *(layers.Dense(s, "relu", dtype=dtype) for s in sizes[1:]),
-                                    layers.Dense(out, activation, kernel_initializer=small, dtype="float32"), *last])
+        return tf.keras.Sequential([*first, dense(sizes[0]), layers.LayerNormalization(epsilon=1e-5),
+                                    layers.Activation("tanh"), *(dense(s, "relu") for s in sizes[1:]),
+                                    layers.Dense(out, activation, kernel_initializer=small), *last])
 
     policy = mlp(config.policy_layer_sizes, act, "tanh")
-    critic = mlp(config.critic_layer_sizes, 1, first=[layers.Concatenate(dtype=dtype)], last=[layers.Reshape(())])
+    critic = mlp(config.critic_layer_sizes, 1, first=[layers.Concatenate()], last=[layers.Reshape(())])
     policy(tf.zeros((1, obs)))
     critic([tf.zeros((1, obs)), tf.zeros((1, act))])
     return policy, critic

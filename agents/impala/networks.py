@@ -30,8 +30,8 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from rlplat import precision as precision_lib
 from rlplat.utils import numpy_layers
+from rlplat.utils.bf16_dense import dense_class
 from rlplat_agents.impala.numpy_policy import (  # noqa: F401  (the acting path, re-exported)
     LOG_STD_MAX, LOG_STD_MIN, OBS_NORM_CLIP, OBS_NORM_EPS, NumpyPolicy, normalize_numpy, squash_log_std_numpy)
 
@@ -70,10 +70,10 @@ class IMPALANetwork(tf.keras.Model):
         on the normalised observation (and, with an LSTM, the core's output
         under stop_gradient), so value regression never moves the policy's
         features and the policy gradient never moves the value's.
-      precision: "fp32", or "bf16" (``rlplat.precision``): the ReLU torsos
-        multiply in bfloat16; the LSTM core (its state is carried across
-        steps) and the heads (a few units wide) stay float32, so the policy
-        outputs and values are float32.
+      precision: "fp32", or "bf16" (``rlplat.precision``): the ReLU torsos'
+        products run in bfloat16; the LSTM core (its state is carried across
+        steps) and the heads (a few units wide) stay float32, as do every
+        weight and output.
     """
 
     def __init__(self, num_outputs: int, discrete: bool, layer_sizes: Sequence[int],
@@ -104,9 +104,8 @@ class IMPALANetwork(tf.keras.Model):
                                            initializer="ones", **moments)
             self.obs_count = self.add_weight(name="obs_count", shape=(), initializer="zeros",
                                              **moments)
-        dtype = precision_lib.layer_dtype(precision)
-        self.torso = [tf.keras.layers.Dense(int(s), activation="relu", name=f"torso_{i}", dtype=dtype)
-                      for i, s in enumerate(layer_sizes)]
+        dense = dense_class(precision)
+        self.torso = [dense(int(s), activation="relu", name=f"torso_{i}") for i, s in enumerate(layer_sizes)]
         self.lstm = (tf.keras.layers.LSTM(self.lstm_size, return_sequences=True,
                                           return_state=True, name="core")
                      if core == "lstm" else None)
@@ -121,8 +120,7 @@ class IMPALANetwork(tf.keras.Model):
         self.policy_head = tf.keras.layers.Dense(
             head_size, name="policy_head", bias_initializer=bias,
             kernel_initializer=tf.keras.initializers.VarianceScaling(0.01))
-        self.value_torso = ([tf.keras.layers.Dense(int(s), activation="relu", name=f"value_torso_{i}",
-                                                   dtype=dtype)
+        self.value_torso = ([dense(int(s), activation="relu", name=f"value_torso_{i}")
                              for i, s in enumerate(layer_sizes)] if separate_value else [])
         self.value_head = tf.keras.layers.Dense(1, name="value_head")
 
@@ -192,7 +190,7 @@ class IMPALANetwork(tf.keras.Model):
             x, _, _ = self.lstm(x, initial_state=[h, c])
         v = x
         if self.value_torso:
-            v = obs if self.lstm is None else tf.concat([obs, tf.stop_gradient(tf.cast(x, obs.dtype))], axis=-1)
+            v = obs if self.lstm is None else tf.concat([obs, tf.stop_gradient(x)], axis=-1)
             for layer in self.value_torso:
                 v = layer(v)
         return self.policy_head(x), tf.squeeze(self.value_head(v), -1)

@@ -7,7 +7,7 @@ The bars and their reasons are ``tests/precision_parity.py``'s.
 
 What runs in which precision is asserted too: the variables and the
 optimizers' slots are float32, the critic's logits and the policy's actions
-float32, the dense products bfloat16.
+float32, every matrix product of the step bfloat16.
 """
 
 import os
@@ -72,8 +72,10 @@ def test_bf16_computes_in_bfloat16_and_keeps_float32_state(pair):
         assert {v.dtype for v in net.variables} == {tf.float32}
     obs, act = batches[0].observation, batches[0].action
     assert bf16.critic((obs, act)).dtype == tf.float32 and bf16.policy(obs).dtype == tf.float32
-    hidden = bf16.critic._torso(tf.concat([obs, act], -1))  # pylint: disable=protected-access
-    assert hidden.dtype == tf.bfloat16
+    # Every product of the step (forward and backward) runs in bfloat16; none does under fp32.
+    products = parity.matmul_dtypes(bf16._grads_fn, _batch_tensors(batches[0]))  # pylint: disable=protected-access
+    assert set(products) == {"bfloat16"} and sum(products.values()) > 30, products
+    assert set(parity.matmul_dtypes(fp32._grads_fn, _batch_tensors(batches[0]))) == {"float32"}  # pylint: disable=protected-access
     assert {s.dtype for s in bf16.critic_optimizer.variables} <= {tf.float32, tf.int64}
     _, served = bf16.get_variables(["policy"])  # what actors receive: float32 arrays
     assert {a.dtype for a in served["policy"]} == {np.dtype(np.float32)}

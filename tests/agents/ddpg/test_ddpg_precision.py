@@ -40,9 +40,11 @@ def test_bf16_matches_fp32_on_fixed_batches():
     bf16 = make_learner(_config("bf16"), batches, steps_per_call=1)
     assert (fp32.precision.precision, bf16.precision.precision) == ("fp32", "bf16")
     copy_weights(fp32, bf16)
-    hidden = bf16.critic.layers[1](bf16.critic.layers[0]([batches[0].observation, batches[0].action]))
-    assert hidden.dtype == tf.bfloat16  # the products do run in bfloat16 ...
-    assert {v.dtype for v in bf16.critic.variables + bf16.policy.variables} == {tf.float32}  # ... not the state
+    # The hidden layers' products run in bfloat16 (the output layers' are float32), not the state.
+    products = parity.matmul_dtypes(tf.function(bf16._losses_and_grads),  # pylint: disable=protected-access
+                                    _batch_tensors(batches[0]))
+    assert products["bfloat16"] > products["float32"] > 0, products
+    assert {v.dtype for v in bf16.critic.variables + bf16.policy.variables} == {tf.float32}
     out32 = fp32._losses_and_grads(_batch_tensors(batches[0]))  # pylint: disable=protected-access
     out16 = bf16._losses_and_grads(_batch_tensors(batches[0]))  # pylint: disable=protected-access
     parity.assert_losses_match(("critic loss", "policy loss", "mean Q"), out32[:3], out16[:3], atol=1e-4)

@@ -43,7 +43,9 @@ def test_bf16_steps_match_fp32_steps_on_fixed_batches(core, spec):
     assert (fp32.precision.precision, bf16.precision.precision) == ("fp32", "bf16")
     for a, b in zip(fp32.network.variables, bf16.network.variables):
         b.assign(a.numpy())
-    assert bf16.network.torso[0](tf.zeros((1, batches[0].observation.shape[-1]))).dtype == tf.bfloat16
+    obs = tf.constant(batches[0].observation)
+    products = parity.matmul_dtypes(tf.function(bf16.network.unroll), obs)
+    assert products["bfloat16"] == 4 and bf16.network.unroll(obs)[0].dtype == tf.float32, products  # 2 torsos
     assert {v.dtype for v in bf16.network.variables} == {tf.float32}
     for step in range(STEPS):
         m32, m16 = fp32.step(), bf16.step()
