@@ -36,6 +36,10 @@ default ``D4PGBuilder``, cartpole:swingup):
    variant read 0.92-0.98, against 0.87 for the same code alone; two
    learners in one process happened to agree with separate processes, at
    0.87-0.89, but nothing guarantees it.)
+2b. Learner precision (``learner_precision.py``): the memory-fed learner in
+   fp32 against bf16 (``rlplat.precision``), one learner per process,
+   alternating fp32 bf16 bf16 fp32 ...; the median of the per-round ratios
+   is kept (issue 31's target on a bfloat16 CPU: >= 1.4).
 3. System: env steps/s of ``run_on_ray`` (2 actors, default config:
    samples_per_insert 32, min_replay_size 1000) in steady state, read from
    the run's metrics.jsonl, against its learner-bound limit
@@ -65,6 +69,7 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, _REPO)
 
 from bench import cpu_accounting as accounting  # noqa: E402
+from bench import learner_precision  # noqa: E402
 from bench import seeds as seeds_lib  # noqa: E402
 
 ACTOR_EFFICIENCY_BAR = 0.4
@@ -316,7 +321,7 @@ def learner_child(args):
     from rlplat.replay import server as replay_server
     from rlplat.replay.signature import transition_signature
 
-    builder = D4PGBuilder(config=D4PGConfig())
+    builder = D4PGBuilder(config=D4PGConfig(precision=args.precision))
     cfg = builder.config
     with make_environment(args.env, seed=args.seed) as env:
         spec = specs.make_environment_spec(env)
@@ -573,7 +578,9 @@ def main(argv=None):
     parser.add_argument("--max-actor-steps", type=int, default=40_000)
     parser.add_argument("--steady-from", type=float, default=0.25,
                         help="fraction of max_actor_steps before which the system run is warm-up")
-    parser.add_argument("--parts", default="actor,learner,system")
+    parser.add_argument("--parts", default="actor,learner,precision,system")
+    parser.add_argument("--precision-rounds", type=int, default=4,
+                        help="rounds of one fp32 and one bf16 memory-fed learner (part 2b)")
     parser.add_argument("--envs-per-actor", type=int, default=1,
                         help="environments per actor process in the actor part (--envs-per-actor)")
     parser.add_argument("--name", default="d4pg_throughput", help="output file stem")
@@ -582,6 +589,7 @@ def main(argv=None):
     parser.add_argument("--learner-child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--learner-threads", default="1,2", help=argparse.SUPPRESS)
     parser.add_argument("--learner-kind", choices=("reverb", "memory"), default="reverb", help=argparse.SUPPRESS)
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.learner_child:
         return learner_child(args)
@@ -628,6 +636,11 @@ def main(argv=None):
         report["learner"] = measure_learner(args, builder, plan, log)
         report["seconds"]["learner"] = round(time.time() - mark, 1)
         report["load_average"]["after_learner"] = accounting.load_average()
+    if "precision" in parts:
+        mark = time.time()
+        report["precision"] = _measure_precision(args, plan, log)
+        report["seconds"]["precision"] = round(time.time() - mark, 1)
+        report["load_average"]["after_precision"] = accounting.load_average()
     if "system" in parts:
         mem = report.get("learner", {}).get("memory_steps_per_s") or args.memory_steps_per_s
         if mem is None:
@@ -648,8 +661,31 @@ def main(argv=None):
     return report
 
 
+def _measure_precision(args, plan, log):
+    """Part 2b: the learner child (memory-fed) in fp32 and bf16, alternating (``learner_precision``)."""
+    from rlplat.distributed import process
+
+    threads = plan.learner_threads
+
+    def command(path, precision):
+        # Memory-fed: the table only yields the one batch, so a small fill (above min_replay_size) does.
+        return [sys.executable, os.path.abspath(__file__), "--learner-child", path, "--learner-kind", "memory",
+                "--precision", precision, "--learner-threads", f"{threads[0]},{threads[1]}", "--env", args.env,
+                "--seed", str(args.seed), "--learner-blocks", str(args.learner_blocks),
+                "--learner-block-steps", str(args.learner_block_steps),
+                "--learner-warmup-steps", str(args.learner_warmup_steps), "--fill-items", "2000"]
+
+    return learner_precision.measure(args, threads, command,
+                                     process.subprocess_env("learner", cpu_only=True, threads=threads[0]), log)
+
+
 def _targets(report):
     targets, where = {}, {}
+    if "precision" in report:
+        pr = report["precision"]
+        targets["learner_bf16_over_fp32"] = {"value": round(pr["ratio"], 4), "bar": pr["target_ratio"],
+                                             "meets_bar": pr["ratio"] >= pr["target_ratio"],
+                                             "cpu_bf16_flags": pr["cpu_bf16_flags"]}
     if "actor" in report:
         for k, res in report["actor"]["results"].items():
             eff = res["efficiency"]
@@ -724,6 +760,8 @@ def _print_summary(report):
         ln = report["learner"]
         print(f"learner: {ln['reverb_steps_per_s']:.1f} steps/s from Reverb vs {ln['memory_steps_per_s']:.1f} "
               f"from memory: ratio {ln['ratio']:.3f} (target {LEARNER_FEED_TARGET})")
+    if "precision" in report:
+        print(learner_precision.summary_line(report["precision"]))
     if "system" in report:
         sy = report["system"]
         print(f"system: {sy['env_steps_per_s']:.0f} env steps/s vs limit {sy['env_steps_per_s_limit']:.0f} "
@@ -739,8 +777,12 @@ def _plot(report, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(13, 9))
-    (ax_eff, ax_bd), (ax_ln, ax_sys) = axes
+    rows = 3 if "precision" in report else 2
+    fig, axes = plt.subplots(rows, 2, figsize=(13, 4.5 * rows))
+    (ax_eff, ax_bd), (ax_ln, ax_sys) = axes[:2]
+    if "precision" in report:
+        learner_precision.plot(axes[2][0], report["precision"])
+        axes[2][1].axis("off")
     if "actor" in report:
         res = report["actor"]["results"]
         keys = sorted(res)

@@ -25,8 +25,8 @@ def test_tiny_step_is_counted_pass_by_pass():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("obs_size, action_size", [(5, 1), (24, 6)])
-def test_counted_matmuls_are_the_ones_the_learner_runs(obs_size, action_size):
+@pytest.mark.parametrize("obs_size, action_size, precision", [(5, 1, "fp32"), (24, 6, "fp32"), (24, 6, "bf16")])
+def test_counted_matmuls_are_the_ones_the_learner_runs(obs_size, action_size, precision):
     import dm_env.specs as dm_specs
     import numpy as np
     import tensorflow as tf
@@ -36,7 +36,7 @@ def test_counted_matmuls_are_the_ones_the_learner_runs(obs_size, action_size):
     from rlplat import replication, specs
 
     cfg = D4PGConfig(policy_layer_sizes=(32, 16), critic_layer_sizes=(48, 24, 40), num_atoms=11,
-                     global_batch_size=8)
+                     global_batch_size=8, precision=precision)
     spec = specs.EnvironmentSpec(
         observations=dm_specs.Array((obs_size,), np.float32),
         actions=dm_specs.BoundedArray((action_size,), np.float32, -1.0, 1.0),
