@@ -41,7 +41,17 @@ def _throughput_d4pg(d: Dict[str, Any]) -> List[str]:
             f"learner fed from Reverb / memory-fed: {_fmt(t['learner_feed_ratio']['value'])} "
             f"(target {t['learner_feed_ratio']['target']})",
             f"system: {_fmt(d['system']['env_steps_per_s'])} env steps/s, "
-            f"{_fmt(t['system_ratio']['value'])} of the learner-bound limit"] + _vectorised_actors("d4pg_throughput")
+            f"{_fmt(t['system_ratio']['value'])} of the learner-bound limit"] + _precision(d) + _vectorised_actors(
+                "d4pg_throughput")
+
+
+def _precision(d: Dict[str, Any]) -> List[str]:
+    p = d.get("precision")
+    if not p:
+        return []
+    return [f"learner bf16 / fp32 (memory-fed, A B B A): {_fmt(p['ratio'], 2)} ({_fmt(p['bf16_steps_per_s'])} vs "
+            f"{_fmt(p['fp32_steps_per_s'])} steps/s; target {p['target_ratio']}; CPU bf16 flags: "
+            f"{', '.join(p['cpu_bf16_flags']) or 'none'})"]
 
 
 def _throughput_impala(d: Dict[str, Any]) -> List[str]:
@@ -118,6 +128,12 @@ def _roofline(d: Dict[str, Any]) -> List[str]:
              f"{_fmt(d['achieved_gflop_per_s'])} GFLOP/s, {_fmt(100 * d['fraction_of_peak'], 2)}% of the "
              f"same-shape fp32 peak ({_fmt(d['peak_same_shapes_gflop_per_s'])}; target 50%); "
              f"matmul count equals the traced graph's: {d['matmuls_match_graph']}"]
+    bf16, ratio = d.get("by_precision", {}).get("bf16"), d.get("bf16_over_fp32")
+    if bf16 and ratio:
+        lines.append(f"bf16: {_fmt(bf16['learner_steps_per_s'])} learner steps/s "
+                     f"({_fmt(ratio['learner_steps_per_s'], 2)}x "
+                     f"fp32; target 1.4x), {_fmt(100 * bf16['fraction_of_peak'], 2)}% of the same-shape bf16 peak "
+                     f"({_fmt(bf16['peak_same_shapes_gflop_per_s'])}, {_fmt(ratio['peak_same_shapes'], 2)}x fp32's)")
     for name in sorted(os.listdir(RESULTS)):
         if name.startswith("learner_roofline_gpu") and name.endswith(".json"):
             with open(os.path.join(RESULTS, name), encoding="utf-8") as f:

@@ -58,6 +58,24 @@ def field(default: Any, help: str, kind: Optional[type] = None, shown: Optional[
     return dataclasses.field(default=default, metadata=metadata)
 
 
+def precision_field(bf16_parity: bool) -> Any:
+    """An agent config's ``precision`` field (``rlplat.precision``: fp32, bf16 or auto; default fp32).
+
+    ``bf16_parity``: the agent's bf16 learner step is shown to match its fp32 step (a test in the agent's
+    tests), so ``auto`` may pick bf16 for it; the value lives in the field's metadata.
+    """
+    from rlplat import precision  # pylint: disable=g-import-not-at-top  (no TF; avoids an import cycle)
+
+    return dataclasses.field(default="fp32", metadata={"help": precision.FLAG_HELP, "bf16_parity": bool(bf16_parity)})
+
+
+def check_precision(config: Any) -> None:
+    """The config's ``precision`` is one of ``rlplat.precision.PRECISIONS`` (one line, in the field's name)."""
+    from rlplat import precision  # pylint: disable=g-import-not-at-top
+
+    precision.check(config)
+
+
 def flag_helps(config_cls: type) -> Dict[str, str]:
     """Field name -> help text of every field declared with ``field``, in order (a command's CONFIG_FLAGS)."""
     return {f.name: f.metadata["help"] for f in dataclasses.fields(config_cls) if "help" in f.metadata}

@@ -15,8 +15,9 @@ float32's exponent range, only the mantissa is shorter.
   launches, and a bf16 proxy ran slower there; see issue 31), and
 - the CPU's flags show bfloat16 arithmetic (``avx512_bf16`` or ``amx_bf16``
   in /proc/cpuinfo); without them oneDNN emulates bf16 and is slower, and
-- the agent's bf16 step is shown to match its fp32 step (its spec passes
-  ``bf16_parity=True``: a parity test in tests/agents/<agent>).
+- the agent's bf16 step is shown to match its fp32 step (its config declares
+  ``precision = config_fields.precision_field(bf16_parity=True)`` and a test
+  in tests/agents/<agent> shows it).
 
 This module imports no TensorFlow: configs and the CLI use ``PRECISIONS`` and
 ``check``; the layers are in ``rlplat.utils.bf16_dense``.
@@ -116,14 +117,18 @@ def resolve(requested: str, *, bf16_parity: bool, gpu: bool = False,
     return Resolved("auto", "bf16", f"CPU has {' and '.join(found)}, bf16 parity shown")
 
 
+def bf16_parity(config: Any) -> bool:
+    """Whether the agent of ``config`` declares its bf16 step parity (``config_fields.precision_field``)."""
+    field = next((f for f in dataclasses.fields(config) if f.name == "precision"), None)
+    return bool(field is not None and field.metadata.get("bf16_parity"))
+
+
 def for_config(config: Any, *, gpu: bool = False, cpuinfo: Optional[str] = None) -> Optional[Resolved]:
-    """``resolve`` of an agent config's ``precision`` (its class's ``BF16_PARITY`` says whether parity is
-    shown); None for a config without the field. The driver calls it to report what its learner will do
-    (same function, same flags: on one host the two agree)."""
+    """``resolve`` of an agent config's ``precision``; None for a config without the field. The driver
+    calls it to report what its learner will do (same function, same flags: on one host the two agree)."""
     if config is None or not hasattr(config, "precision"):
         return None
-    return resolve(config.precision, bf16_parity=bool(getattr(config, "BF16_PARITY", False)), gpu=gpu,
-                   cpuinfo=cpuinfo)
+    return resolve(config.precision, bf16_parity=bf16_parity(config), gpu=gpu, cpuinfo=cpuinfo)
 
 
 def agent_label(config: Any) -> str:

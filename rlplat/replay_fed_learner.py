@@ -9,8 +9,9 @@ non-finite step, counts learner steps in Python between calls
 its policy variables to actors as NumPy arrays, one export per version
 (``utils.variable_export.VariableExport``).
 
-An agent's learner builds its networks, optimizers, ``step_counter`` and
-``NonFiniteGuard`` (``_make_step_counter``) under ``replicator.scope()``, calls ``_serve`` with the
+An agent's learner resolves its precision (``_resolve_precision``), builds its
+networks, optimizers, ``step_counter`` and ``NonFiniteGuard``
+(``_make_step_counter``) under ``replicator.scope()``, calls ``_serve`` with the
 variables actors need, and implements ``_step_fn`` (one replica's step,
 incrementing ``step_counter``; ``_apply_mean_gradients`` does the all-reduce,
 clipping, NaN guard, update and increment for it) and ``checkpointables``, and
@@ -24,6 +25,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 import tensorflow as tf
 
 from rlplat import core
+from rlplat import precision as precision_lib
 from rlplat import replication
 from rlplat.replay.datasets import DEFAULT_RATE_LIMITER_TIMEOUT_MS
 from rlplat.utils import nonfinite
@@ -54,6 +56,7 @@ class ReplayFedLearner(core.Learner):
 
     step_counter: tf.Variable
     _guard: nonfinite.NonFiniteGuard
+    precision: Optional[precision_lib.Resolved] = None  # set by _resolve_precision
 
     def __init__(self, replicator: Any, iterator: Iterator, *, steps_per_call: int = 8,
                  replay_address: Optional[str] = None, replay_table: Optional[str] = None,
@@ -70,6 +73,13 @@ class ReplayFedLearner(core.Learner):
         self._steps: Optional[variable_export.StepMirror] = None
         self._export: Optional[variable_export.VariableExport] = None
         self._step = self._step_fn  # One bound-method object: the Replicator caches per step_fn.
+
+    def _resolve_precision(self, config: Any) -> precision_lib.Resolved:
+        """``config.precision`` resolved for this learner (its devices, this CPU, the agent's declared parity:
+        ``rlplat.precision``); kept as ``self.precision`` for the run's record."""
+        self.precision = precision_lib.resolve(config.precision, bf16_parity=precision_lib.bf16_parity(config),
+                                               gpu=self._repl.uses_gpus)
+        return self.precision
 
     def _make_step_counter(self, guarded: Sequence[str]) -> None:
         """``step_counter`` (int64, checkpointed) and the NaN guard watching ``guarded``; under ``scope()``."""

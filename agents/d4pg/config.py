@@ -11,7 +11,6 @@ import dataclasses
 from typing import Tuple
 
 from rlplat import config_fields as fields
-from rlplat import precision as precision_lib
 from rlplat import replay_rules
 from rlplat.config_fields import field
 
@@ -31,12 +30,7 @@ class D4PGConfig(fields.ConfigMethods):
     because acting on stale weights costs env steps, and actors on the
     learner's host read new versions from shared memory at no cost (README,
     "Tuning notes"); with many remote actors raise it (clusters/README.md).
-    ``precision`` bf16 keeps float32 weights, Adam, logits, the projection and
-    the losses (``rlplat.precision``); actors compute in float32 always.
     """
-
-    #: The bf16 step matches fp32 (tests/agents/d4pg/test_d4pg_precision.py), so "auto" may pick bf16.
-    BF16_PARITY = True
 
     n_step: int = field(5, "n-step return length")
     discount: float = field(0.99, "per-step discount gamma")
@@ -58,7 +52,7 @@ class D4PGConfig(fields.ConfigMethods):
     dqda_clip_norm: float = field(1.0, "clip each example's dQ/da to this norm in the policy update (0: off)")
     torso_init: str = field("fan_out", "torso weight init: fan_out (reference) or fan_in")
     variable_update_period: int = field(10, "actor steps between weight pulls")
-    precision: str = field("fp32", precision_lib.FLAG_HELP)
+    precision: str = fields.precision_field(bf16_parity=True)  # shown: tests/agents/d4pg/test_d4pg_precision.py
 
     # Fields checked by type only; ranges are checked in __post_init__.
     _INT_FIELDS = ("n_step", "global_batch_size", "min_replay_size",
@@ -75,7 +69,7 @@ class D4PGConfig(fields.ConfigMethods):
         fields.check_ints(self, self._INT_FIELDS)
         fields.check_floats(self, self._FLOAT_FIELDS)
         fields.check_layer_sizes(self, self._LAYER_FIELDS, "256,256")
-        precision_lib.check(self)
+        fields.check_precision(self)
         if not isinstance(self.clipping, bool):
             raise ValueError(f"clipping must be a bool (got {self.clipping!r}); "
                              "set clipping true or false")

@@ -24,12 +24,6 @@ the weights stay exactly those of the last finite step (never poisoned, so
 checkpoints stay finite); ``step()`` then raises ``FloatingPointError``
 naming that step and the loss or gradient.
 
-Precision (``config.precision``, ``rlplat.precision``): under bf16 the
-networks' dense layers multiply and activate in bfloat16 while their
-variables, Adam's slots, the critic's logits, the C51 projection, both losses,
-dQ/da and the gradients (taken w.r.t. the float32 variables) stay float32; the
-NaN guard and the clipping therefore read float32 values either way.
-
 Replay watchdog: sampling from a Reverb server that died hangs forever inside
 the C++ sampler, ignoring every timeout. When a replay address is known, each
 call runs on a helper thread; if it has not returned after ``step_timeout_s``
@@ -45,7 +39,6 @@ import tensorflow as tf
 
 from rlplat_agents.d4pg import networks
 from rlplat_agents.d4pg.config import D4PGConfig
-from rlplat import precision as precision_lib
 from rlplat import replication
 from rlplat.losses import distributional
 from rlplat.losses import dpg
@@ -68,7 +61,6 @@ class D4PGLearner(ReplayFedLearner):
       target_policy, target_critic: hard-updated copies of them.
       policy_optimizer, critic_optimizer: Keras 2 Adam optimizers.
       step_counter: int64 variable, learner steps taken (checkpointed).
-      precision: the resolved ``config.precision`` (``rlplat.precision.Resolved``).
     """
 
     NAME = "D4PG"
@@ -112,12 +104,10 @@ class D4PGLearner(ReplayFedLearner):
                          step_timeout_s=step_timeout_s)
         replicator.per_replica_batch_size(config.global_batch_size)  # Divisible, or a clear error.
         self._config = config
-        self.precision = precision_lib.resolve(config.precision, bf16_parity=config.BF16_PARITY,
-                                               gpu=replicator.uses_gpus)
+        precision = self._resolve_precision(config).precision  # bf16: products only (README, "Precision")
 
         with replicator.scope():
-            online, target = (networks.make_networks(environment_spec, config, self.precision.precision)
-                              for _ in ("online", "target"))
+            online, target = (networks.make_networks(environment_spec, config, precision) for _ in ("online", "target"))
             self.policy, self.critic = online["policy"], online["critic"]
             self.target_policy, self.target_critic = target["policy"], target["critic"]
             self.policy_optimizer = FusedAdam(config.policy_learning_rate)

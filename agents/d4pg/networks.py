@@ -2,17 +2,14 @@
 
 Shapes follow Acme's D4PG control networks:
 
-* policy:  obs [B, O] -> Dense+LayerNorm+tanh -> Dense+elu ... -> Dense(A) -> tanh,
-  so actions lie in [-1, 1]; rescaling to the environment's action bounds is
-  the environment wrapper's job, not the network's.
-* critic:  concat(obs [B, O], action [B, A]) -> same layer-norm MLP torso ->
-  ``DiscreteValuedHead`` -> logits [B, num_atoms] over a fixed support
-  ``linspace(v_min, v_max, num_atoms)``.
+* policy:  obs [B, O] -> Dense+LayerNorm+tanh -> Dense+elu ... -> Dense(A) -> tanh, so actions lie
+  in [-1, 1]; rescaling to the environment's action bounds is the environment wrapper's job.
+* critic:  concat(obs [B, O], action [B, A]) -> same layer-norm MLP torso -> ``DiscreteValuedHead``
+  -> logits [B, num_atoms] over a fixed support ``linspace(v_min, v_max, num_atoms)``.
 
-Actors run the policy at batch 1, where even a tf.function call costs ~430 us
-(eager Keras ~3 ms) against ~60 us for plain NumPy (default sizes, 2-core dev
-box), so they run it through ``rlplat.utils.numpy_layers``, which reads the
-ops from this Keras policy's layers.
+Actors run the policy at batch 1, where even a tf.function call costs ~430 us (eager Keras ~3 ms)
+against ~60 us for plain NumPy (default sizes, 2-core dev box), so they run it through
+``rlplat.utils.numpy_layers``, which reads the ops from this Keras policy's layers.
 """
 
 from __future__ import annotations
@@ -22,7 +19,7 @@ from typing import Any, Dict, List, Sequence
 import numpy as np
 import tensorflow as tf
 
-from rlplat.utils.bf16_dense import dense_class
+from rlplat.utils.bf16_dense import dense_class  # "bf16": every Dense multiplies in bfloat16, the rest float32
 
 # Sonnet's LayerNorm epsilon (Acme's networks are Sonnet); Keras' default is 1e-3.
 _LAYER_NORM_EPSILON = 1e-5
@@ -51,9 +48,6 @@ def _layer_norm_mlp(layer_sizes: Sequence[int], name: str,
     The tanh after the first LayerNorm bounds the torso's input features
     whatever the observation scale; the remaining layers use elu and are all
     activated (including the last), as the heads add their own linear layer.
-    ``dense`` is the Dense class (``rlplat.utils.bf16_dense.dense_class``:
-    under bf16 the products run in bfloat16, the layer norm and activations
-    in float32).
     """
     sizes = [int(s) for s in layer_sizes]
     if not sizes or min(sizes) < 1:
@@ -78,21 +72,18 @@ def make_policy_network(action_size: int, layer_sizes: Sequence[int],
       action_size: A, the flat action dimension.
       layer_sizes: hidden sizes of the layer-norm MLP torso.
       init_mode: the torso's ``torso_initializer`` mode.
-      precision: "fp32", or "bf16": the dense layers' products in bfloat16
-        (``rlplat.precision``); weights and outputs are float32 either way.
 
     Returns:
-      A ``tf.keras.Sequential`` mapping obs [B, O] float32 -> actions [B, A] float32.
+      A ``tf.keras.Sequential`` mapping obs [B, O] float32 -> actions [B, A].
       It is built lazily on the first call (O is taken from the input).
     """
     if action_size < 1:
         raise ValueError(f"action_size must be >= 1 (got {action_size})")
-    dense = dense_class(precision)
-    layers = _layer_norm_mlp(layer_sizes, "policy", init_mode, dense)
+    layers = _layer_norm_mlp(layer_sizes, "policy", init_mode, dense_class(precision))
     # Near-zero output init (scale 1e-4): the initial policy outputs ~0 so
     # early exploration is driven by the actors' Gaussian noise, not by
     # saturated tanh outputs from a random init.
-    layers.append(dense(
+    layers.append(dense_class(precision)(
         action_size,
         kernel_initializer=tf.keras.initializers.VarianceScaling(
             scale=1e-4, mode="fan_in", distribution="truncated_normal"),
@@ -117,14 +108,13 @@ class DiscreteValuedHead(tf.keras.layers.Layer):
     sum_i softmax(logits)_i * atoms_i, i.e. Q(s, a) for the critic.
     """
 
-    def __init__(self, v_min: float, v_max: float, num_atoms: int, dense: Any = tf.keras.layers.Dense,
-                 **kwargs: Any):
+    def __init__(self, v_min: float, v_max: float, num_atoms: int, dense: Any = tf.keras.layers.Dense, **kwargs: Any):
         super().__init__(**kwargs)
         self.atoms = make_atoms(v_min, v_max, num_atoms)
         self._logits = dense(num_atoms, name="logits")
 
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
-        """features [B, F] -> logits [B, num_atoms], float32 (the projection and the loss read them)."""
+        """features [B, F] -> logits [B, num_atoms]."""
         return self._logits(inputs)
 
     def mean(self, logits: tf.Tensor) -> tf.Tensor:
@@ -142,10 +132,9 @@ class CriticNetwork(tf.keras.Model):
                  v_min: float, v_max: float, name: str = "d4pg_critic",
                  init_mode: str = "fan_out", precision: str = "fp32"):
         super().__init__(name=name)
-        dense = dense_class(precision)
-        self._torso = tf.keras.Sequential(_layer_norm_mlp(layer_sizes, "critic", init_mode, dense),
+        self._torso = tf.keras.Sequential(_layer_norm_mlp(layer_sizes, "critic", init_mode, dense_class(precision)),
                                           name="critic_torso")
-        self.head = DiscreteValuedHead(v_min, v_max, num_atoms, dense=dense, name="critic_head")
+        self.head = DiscreteValuedHead(v_min, v_max, num_atoms, dense_class(precision), name="critic_head")
 
     @property
     def atoms(self) -> tf.Tensor:
@@ -171,12 +160,7 @@ def make_critic_network(num_atoms: int, layer_sizes: Sequence[int],
 
 
 def make_networks(environment_spec: Any, config: Any, precision: str = "fp32") -> Dict[str, tf.keras.Model]:
-    """D4PG's ``{"policy", "critic"}`` for ``config`` (a ``D4PGConfig``), variables built.
-
-    ``precision`` is resolved (fp32 or bf16, ``rlplat.precision``); the
-    variables are float32 either way, so checkpoints and served weights do
-    not depend on it.
-    """
+    """D4PG's ``{"policy", "critic"}`` for ``config`` (a ``D4PGConfig``) in resolved ``precision``, variables built."""
     obs_size = int(np.prod(environment_spec.observations.shape))
     action_size = int(np.prod(environment_spec.actions.shape))
     policy = make_policy_network(action_size, config.policy_layer_sizes, config.torso_init, precision)

@@ -4,7 +4,6 @@ import dataclasses
 from typing import Tuple
 
 from rlplat import config_fields as fields
-from rlplat import precision as precision_lib
 from rlplat import replay_rules
 from rlplat.config_fields import field
 
@@ -27,10 +26,7 @@ class DDPGConfig(fields.ConfigMethods):
     critic_layer_sizes: Tuple[int, ...] = field((256, 256), "critic MLP widths, comma-separated")
     max_gradient_norm: float = field(40.0, "clip each network's gradient to this global norm (0: off)")
     variable_update_period: int = field(10, "actor steps between weight pulls")
-    precision: str = field("fp32", precision_lib.FLAG_HELP)
-
-    #: The bf16 step matches fp32 (tests/agents/ddpg/test_ddpg_precision.py), so "auto" may pick bf16.
-    BF16_PARITY = True
+    precision: str = fields.precision_field(bf16_parity=True)  # shown: tests/agents/ddpg/test_ddpg_precision.py
 
     def __post_init__(self) -> None:
         fields.check_ints(self, ("n_step", "global_batch_size", "min_replay_size", "max_replay_size",
@@ -38,7 +34,7 @@ class DDPGConfig(fields.ConfigMethods):
         fields.check_floats(self, ("discount", "sigma", "tau", "samples_per_insert", "policy_learning_rate",
                                    "critic_learning_rate", "max_gradient_norm"))
         fields.check_layer_sizes(self, ("policy_layer_sizes", "critic_layer_sizes"), "256,256")
-        precision_lib.check(self)
+        fields.check_precision(self)
         batch, warmup = self.global_batch_size, max(1, self.min_replay_size)
         for name, ok, fix in (
                 ("n_step", self.n_step >= 1, "to 1 or more"),

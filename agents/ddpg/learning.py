@@ -6,7 +6,6 @@ from typing import Any, Dict
 import numpy as np
 import tensorflow as tf
 
-from rlplat import precision as precision_lib
 from rlplat.losses import dpg
 from rlplat.utils.bf16_dense import dense_class
 from rlplat.replay_fed_learner import ReplayFedLearner
@@ -18,17 +17,15 @@ def make_networks(config, environment_spec, precision: str = "fp32"):
 
     The first layer is Dense+LayerNorm+tanh (Acme's layer-norm MLP; ReLU after it): on cartpole:swingup plain
     ReLU MLPs, blind to the observations' mixed scales, saturated the policy and reached ~260 in 30k steps.
-    ``precision`` "bf16" (``rlplat.precision``) runs the hidden layers' products in bfloat16; the output layers
-    (A and 1 units wide: negligible products) stay float32. Weights and every output are float32.
+    Under ``precision`` "bf16" the hidden layers multiply in bfloat16; the (tiny) output layers stay float32.
     """
     obs, act = (int(np.prod(s.shape)) for s in (environment_spec.observations, environment_spec.actions))
     layers = tf.keras.layers
-    dense = dense_class(precision)
 
     def mlp(sizes, out, activation=None, first=(), last=()):  # The output layer starts near 0, as in the paper.
         small = tf.keras.initializers.RandomUniform(-3e-3, 3e-3)
-        return tf.keras.Sequential([*first, dense(sizes[0]), layers.LayerNormalization(epsilon=1e-5),
-                                    layers.Activation("tanh"), *(dense(s, "relu") for s in sizes[1:]),
+        return tf.keras.Sequential([*first, dense_class(precision)(sizes[0]), layers.LayerNormalization(epsilon=1e-5),
+                                    layers.Activation("tanh"), *(dense_class(precision)(s, "relu") for s in sizes[1:]),
                                     layers.Dense(out, activation, kernel_initializer=small), *last])
 
     policy = mlp(config.policy_layer_sizes, act, "tanh")
@@ -39,10 +36,7 @@ def make_networks(config, environment_spec, precision: str = "fp32"):
 
 
 class DDPGLearner(ReplayFedLearner):
-    """``policy``, ``critic``, ``target_*`` copies, Adam optimizers; ``kwargs`` go to ``ReplayFedLearner``.
-
-    ``precision`` is the resolved ``config.precision`` (``rlplat.precision.Resolved``).
-    """
+    """``policy``, ``critic``, ``target_*`` copies, Adam optimizers; ``kwargs`` go to ``ReplayFedLearner``."""
 
     NAME = "DDPG"
     GUARDED = ("critic loss", "policy loss", "critic gradient", "policy gradient")  # NaN guard: in this order
@@ -52,11 +46,10 @@ class DDPGLearner(ReplayFedLearner):
         super().__init__(replicator, iterator, **kwargs)
         replicator.per_replica_batch_size(config.global_batch_size)  # Divisible, or a clear error.
         self._config = config
-        self.precision = precision_lib.resolve(config.precision, bf16_parity=config.BF16_PARITY,
-                                               gpu=replicator.uses_gpus)
+        precision = self._resolve_precision(config).precision  # "auto" -> fp32 or bf16, here
         with replicator.scope():
-            self.policy, self.critic = make_networks(config, environment_spec, self.precision.precision)
-            self.target_policy, self.target_critic = make_networks(config, environment_spec, self.precision.precision)
+            self.policy, self.critic = make_networks(config, environment_spec, precision)
+            self.target_policy, self.target_critic = make_networks(config, environment_spec, precision)
             self.policy_optimizer = FusedAdam(config.policy_learning_rate)
             self.critic_optimizer = FusedAdam(config.critic_learning_rate)
             self.policy_optimizer.build(self.policy.trainable_variables)  # Slots exist before a restore.

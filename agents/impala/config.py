@@ -17,7 +17,6 @@ import dataclasses
 from typing import Optional, Tuple
 
 from rlplat import config_fields as fields
-from rlplat import precision as precision_lib
 from rlplat.config_fields import field
 
 # Control-suite rewards lie in [0, 1] per step over 1000 steps: at scale 1 the
@@ -82,9 +81,6 @@ class IMPALAConfig(fields.ConfigMethods):
         CPU with bfloat16 instructions, else fp32). Actors stay float32.
     """
 
-    #: The bf16 step matches fp32 (tests/agents/impala/test_impala_precision.py), so "auto" may pick bf16.
-    BF16_PARITY = True
-
     # 100-step unrolls: with 20 the policy gradient leans on a value that is
     # still far from the truth and the Gaussian policy collapses (see the
     # agent's README); 8 of them keep a step at 800 frames.
@@ -114,7 +110,7 @@ class IMPALAConfig(fields.ConfigMethods):
     max_log_std: float = field(1.0, "upper bound of the Gaussian's log-std")
     init_log_std: float = field(-0.5, "the Gaussian's log-std at initialisation")
     separate_value_network: bool = field(True, "give the value head its own MLP torso")
-    precision: str = field("fp32", precision_lib.FLAG_HELP)
+    precision: str = fields.precision_field(bf16_parity=True)  # shown: tests/agents/impala/test_impala_precision.py
 
     _INT_FIELDS = ("unroll_length", "global_batch_size", "lstm_size", "queue_size",
                    "variable_update_period")
@@ -141,7 +137,7 @@ class IMPALAConfig(fields.ConfigMethods):
                 raise ValueError(f"{name} must be True or False (got {getattr(self, name)!r}); "
                                  f"set {name} to True or False")
         fields.check_layer_sizes(self, ("layer_sizes",), "64,64")
-        precision_lib.check(self)
+        fields.check_precision(self)
         self._check_ranges()
 
     def _check_ranges(self) -> None:

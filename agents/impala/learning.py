@@ -35,7 +35,6 @@ import tensorflow as tf
 
 from rlplat_agents.impala import networks
 from rlplat_agents.impala.config import IMPALAConfig
-from rlplat import precision as precision_lib
 from rlplat import replication
 from rlplat.losses import policy_gradient as pg_losses
 from rlplat.losses.vtrace import vtrace
@@ -71,7 +70,6 @@ class IMPALALearner(ReplayFedLearner):
       optimizer: Adam.
       step_counter: int64 variable, learner steps (checkpointed).
       dropped_counter: int64 variable, unrolls dropped for policy lag (checkpointed).
-      precision: the resolved ``config.precision`` (``rlplat.precision.Resolved``).
     """
 
     NAME = "IMPALA"
@@ -88,10 +86,9 @@ class IMPALALearner(ReplayFedLearner):
                          step_timeout_s=step_timeout_s)
         replicator.per_replica_batch_size(config.global_batch_size)  # Divisible, or a clear error.
         self._config = config
-        self.precision = precision_lib.resolve(config.precision, bf16_parity=config.BF16_PARITY,
-                                               gpu=replicator.uses_gpus)
+        precision = self._resolve_precision(config).precision  # "auto" -> fp32 or bf16, here
         with replicator.scope():
-            self.network = networks.make_network(environment_spec, config, self.precision.precision)
+            self.network = networks.make_network(environment_spec, config, precision)
             self.optimizer = FusedAdam(config.learning_rate, epsilon=config.adam_epsilon)
             self.optimizer.build(self.network.trainable_variables)
             counter = dict(dtype=tf.int64, trainable=False,

@@ -47,7 +47,8 @@ def test_the_console_line_and_the_record():
     line = got.line("D4PG")
     assert "\n" not in line and line.startswith("precision: D4PG learner in bf16 (auto: ")
     assert got.to_dict() == {"requested": "auto", "precision": "bf16", "reason": got.reason}
-    assert precision.resolve("fp32", bf16_parity=True).line("DDPG") == "precision: DDPG learner in fp32 (fp32: as asked)"
+    asked = precision.resolve("fp32", bf16_parity=True)
+    assert asked.line("DDPG") == "precision: DDPG learner in fp32 (fp32: as asked)"
 
 
 def test_a_bad_value_is_refused_naming_the_field():
@@ -64,3 +65,25 @@ def test_a_bad_value_is_refused_naming_the_field():
 
 def test_cpu_flags_reads_this_machine_without_failing():
     assert isinstance(precision.cpu_flags(), frozenset)  # empty where /proc/cpuinfo is missing
+
+
+def test_an_agent_declares_its_parity_in_its_precision_field():
+    from rlplat import config_fields  # pylint: disable=g-import-not-at-top
+
+    @dataclasses.dataclass(frozen=True)
+    class Shown:
+        precision: str = config_fields.precision_field(bf16_parity=True)
+
+    @dataclasses.dataclass(frozen=True)
+    class Unshown:
+        precision: str = config_fields.precision_field(bf16_parity=False)
+
+    @dataclasses.dataclass(frozen=True)
+    class NoField:
+        lr: float = 1e-3
+
+    assert precision.bf16_parity(Shown()) and not precision.bf16_parity(Unshown())
+    assert precision.for_config(Shown("auto"), cpuinfo=COOPER_LAKE).precision == "bf16"
+    assert precision.for_config(Unshown("auto"), cpuinfo=COOPER_LAKE).precision == "fp32"
+    assert precision.for_config(NoField()) is None and precision.for_config(None) is None
+    assert config_fields.flag_helps(Shown)["precision"] == precision.FLAG_HELP
