@@ -77,7 +77,7 @@ def check_precision(config: Any) -> None:
 
 
 def flag_helps(config_cls: type) -> Dict[str, str]:
-    """Field name -> help text of every field declared with ``field``, in order (a command's CONFIG_FLAGS)."""
+    """Field name -> help text of every field declared with ``field``, in order (the agent's config flags)."""
     return {f.name: f.metadata["help"] for f in dataclasses.fields(config_cls) if "help" in f.metadata}
 
 
