@@ -358,7 +358,7 @@ def test_layout_refuses_what_a_learner_group_cannot_do():
     with pytest.raises(ValueError, match="replay in its own process"):
         runners.RayLayoutConfig(num_learner_workers=2, colocate_replay=True)
     two = runners.RayLayoutConfig(num_learner_workers=2)
-    with pytest.raises(ValueError, match="drop --num-learner-replicas"):
+    with pytest.raises(ValueError, match="drop num_learner_replicas"):  # field names; the CLI says flags
         dataclasses.replace(two, num_learner_replicas=2)
     with pytest.raises(ValueError, match="multiple of 3 such as 255"):
         runners.run_on_ray(runners.Experiment(RealBuilder(), "cartpole:swingup"),
