@@ -141,6 +141,11 @@ def check_ratio(config: Any) -> None:
             f"min_replay_size {warmup}; use samples_per_insert <= {batch * warmup:g} (e.g. 32)")
 
 
+# The config fields a transition table and its rate limiter are built from
+# (an AgentSpec's replay_fields: a restored replay checkpoint keeps them).
+TABLE_FIELDS = ("samples_per_insert", "min_replay_size", "max_replay_size", "global_batch_size")
+
+
 def check_transition_replay(config: Any, facts: Any) -> Any:
     """An ``AgentSpec.check`` for agents on ``TransitionReplay``: their replay settings cannot stall.
 

@@ -2,7 +2,7 @@
 
 from rlplat_agents.ddpg.config import DDPGConfig  # light: no TensorFlow
 from rlplat.agent_spec import AgentSpec
-from rlplat.replay_rules import check_transition_replay
+from rlplat.replay_rules import TABLE_FIELDS, check_transition_replay
 
 SPEC = AgentSpec(
     name="ddpg",
@@ -11,6 +11,6 @@ SPEC = AgentSpec(
     builder="rlplat_agents.ddpg.builder:DDPGBuilder",
     continuous_actions=True,
     shape_fields=("policy_layer_sizes", "critic_layer_sizes"),
-    replay_fields=("samples_per_insert", "min_replay_size", "max_replay_size", "global_batch_size"),
+    replay_fields=TABLE_FIELDS,
     check=check_transition_replay,
 )
