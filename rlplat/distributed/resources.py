@@ -28,14 +28,14 @@ Placement on a cluster of several nodes (``plan_resources(..., nodes=...)``):
 - actors' CPUs are split over the CPUs of the nodes they may run on, so a
   request that Ray could never schedule fails here, at once, naming the flag.
 
-Several learner workers (``--num-learner-workers W``, a MultiWorkerMirrored
+Several learner workers (``num_learner_workers`` W, a MultiWorkerMirrored
 learner group): each worker is a learner of its own, asking for the
 learner's CPUs, GPUs and custom resources. The plan places all W here: the
 chief (worker 0) on the node one learner would get, and the replay server
 next to it; the others spread over the learner nodes (fewest workers first,
 then the same preference), stacking on one node only when its resources
 hold several (e.g. ``learner=2``). If the learner nodes cannot hold W
-workers the plan fails at once naming ``--num-learner-workers``, rather than
+workers the plan fails at once naming ``num_learner_workers``, rather than
 leaving workers pending until the start-up timeout. Without GPUs the
 learner's default CPUs (one per replica, at most half the cluster) are
 shared by the W workers, so a 2-core machine still has half for the actors.
@@ -56,7 +56,7 @@ _MIN_ACTOR_CPUS = 0.05
 # The custom resources that mark a node's role (see clusters/README.md).
 ACTOR_RESOURCE = "actor"
 LEARNER_RESOURCE = "learner"
-# Ray's predefined resources: these have their own flags (--actor-cpus, ...).
+# Ray's predefined resources: these have their own fields (actor_cpus, ...).
 _BUILTIN_RESOURCES = frozenset({"CPU", "GPU", "memory", "object_store_memory"})
 
 
@@ -105,7 +105,7 @@ def check_custom_resources(flag: str, request: Mapping[str, float]) -> Dict[str,
         if not isinstance(name, str) or not name or name.startswith("node:"):
             raise ValueError(f"{flag}: bad resource name {name!r}; use names like actor=1")
         if name in _BUILTIN_RESOURCES:
-            what = "--actor-cpus/--learner-cpus" if name == "CPU" else "--num-learner-replicas"
+            what = "actor_cpus/learner_cpus" if name == "CPU" else "num_learner_replicas"
             raise ValueError(f"{flag}: {name} is not a custom resource; use {what} instead")
         try:
             amount = float(amount)
@@ -195,29 +195,29 @@ def plan_resources(total_cpus: float, node_gpus: float, num_actors: int,
       ValueError: one line naming the flag to change, when the run cannot fit.
     """
     if num_learner_workers < 1:
-        raise ValueError(f"--num-learner-workers must be >= 1 (got {num_learner_workers})")
-    for flag, value in (("--actor-cpus", actor_cpus), ("--learner-cpus", learner_cpus)):
+        raise ValueError(f"num_learner_workers must be >= 1 (got {num_learner_workers})")
+    for flag, value in (("actor_cpus", actor_cpus), ("learner_cpus", learner_cpus)):
         if value is not None and not (value > 0 and math.isfinite(value)):
             raise ValueError(f"{flag} must be > 0 (got {value:g})")
     anonymous = not nodes
     if anonymous:
         nodes = [NodeInfo("", "", {"CPU": float(total_cpus), "GPU": float(node_gpus)}, True)]
     offered = set().union(*(n.custom_resources() for n in nodes))
-    actor_req = _custom_request("--actor-resources", actor_resources, ACTOR_RESOURCE, offered)
-    learner_req = _custom_request("--learner-resources", learner_resources, LEARNER_RESOURCE, offered)
+    actor_req = _custom_request("actor_resources", actor_resources, ACTOR_RESOURCE, offered)
+    learner_req = _custom_request("learner_resources", learner_resources, LEARNER_RESOURCE, offered)
 
     learner_hosts = [n for n in nodes if _holds(n, learner_req)]
     if not learner_hosts:
         raise ValueError(f"no single node offers the learner's {_format_resources(learner_req)} "
-                         f"({_describe_nodes(nodes)}); change --learner-resources or start a node "
+                         f"({_describe_nodes(nodes)}); change learner_resources or start a node "
                          f"with `ray start --resources '{{\"{LEARNER_RESOURCE}\": 1}}'`")
     gpus = int(max(n.resources.get("GPU", 0.0) for n in learner_hosts))
     if num_learner_replicas is None:
         num_learner_replicas = max(1, gpus)
     if gpus and num_learner_replicas > gpus:
         raise ValueError(
-            f"--num-learner-replicas {num_learner_replicas} needs {num_learner_replicas} GPUs on one "
-            f"node but the largest has {gpus}; pass --num-learner-replicas {gpus} or fewer")
+            f"num_learner_replicas {num_learner_replicas} needs {num_learner_replicas} GPUs on one "
+            f"node but the largest has {gpus}; pass num_learner_replicas {gpus} or fewer")
     learner_gpus = num_learner_replicas if gpus else 0
 
     total_cpus = sum(n.resources.get("CPU", 0.0) for n in nodes)
@@ -237,7 +237,7 @@ def plan_resources(total_cpus: float, node_gpus: float, num_actors: int,
             if workers > 1:
                 learner_cpus = math.floor(learner_cpus / workers * 100) / 100
                 if learner_cpus < _MIN_ACTOR_CPUS:
-                    raise ValueError(f"--num-learner-workers {workers} leaves each worker under "
+                    raise ValueError(f"num_learner_workers {workers} leaves each worker under "
                                      f"{_MIN_ACTOR_CPUS:g} of the cluster's {total_cpus:g} CPUs; "
                                      "pass fewer workers or add nodes")
     learner_nodes = _place_learner_workers(learner_hosts, learner_req, num_learner_workers,
@@ -249,7 +249,7 @@ def plan_resources(total_cpus: float, node_gpus: float, num_actors: int,
     actor_hosts = [n for n in nodes if _holds(n, actor_req)]
     if not actor_hosts:
         raise ValueError(f"no node offers an actor's {_format_resources(actor_req)} "
-                         f"({_describe_nodes(nodes)}); change --actor-resources or start nodes "
+                         f"({_describe_nodes(nodes)}); change actor_resources or start nodes "
                          f"with `ray start --resources '{{\"{ACTOR_RESOURCE}\": N}}'`")
     free = {n.node_id: n.resources.get("CPU", 0.0) for n in actor_hosts}
     for node in learner_nodes:
@@ -260,7 +260,7 @@ def plan_resources(total_cpus: float, node_gpus: float, num_actors: int,
         raise ValueError(
             f"{num_actors} actors need {_format_resources(_times(actor_req, num_actors))} but the "
             f"cluster offers room for {custom_slots} ({_describe_nodes(actor_hosts)}); pass "
-            f"--num-actors {max(1, custom_slots)} or fewer, add actor nodes, or lower --actor-resources")
+            f"num_actors {max(1, custom_slots)} or fewer, add actor nodes, or lower actor_resources")
     if actor_cpus is None:
         actor_cpus = min(1.0, sum(free.values()) / num_actors)
         actor_cpus = math.floor(actor_cpus * 100) / 100  # Ray keeps 4 decimals; 2 read better
@@ -271,14 +271,14 @@ def plan_resources(total_cpus: float, node_gpus: float, num_actors: int,
             most = int(sum(free.values()) / _MIN_ACTOR_CPUS)
             raise ValueError(
                 f"{num_actors} actors do not fit in the {sum(free.values()):g} CPUs left after the "
-                f"learner (each needs >= {_MIN_ACTOR_CPUS:g}); pass --num-actors {max(1, most)} or "
+                f"learner (each needs >= {_MIN_ACTOR_CPUS:g}); pass num_actors {max(1, most)} or "
                 "fewer, or add nodes")
     elif _fit(actor_hosts, free, actor_req, actor_cpus) < num_actors:
         fits = _fit(actor_hosts, free, actor_req, actor_cpus)
         raise ValueError(
-            f"{num_actors} actors of --actor-cpus {actor_cpus:g} do not fit in the CPUs the actor "
+            f"{num_actors} actors of actor_cpus {actor_cpus:g} do not fit in the CPUs the actor "
             f"nodes have left after the learner ({sum(free.values()):g}, room for {fits}); lower "
-            f"--actor-cpus or pass --num-actors {max(1, fits)} or fewer")
+            f"actor_cpus or pass num_actors {max(1, fits)} or fewer")
 
     threads = tf_setup.thread_counts(1 if learner_gpus else num_learner_replicas,
                                      cpus=max(1, int(learner_cpus)))
@@ -305,7 +305,7 @@ def _custom_request(flag: str, request: Optional[Mapping[str, float]], default_n
         shown = ", ".join(sorted(offered)) or "none"
         raise ValueError(f"{flag} asks for {', '.join(missing)} but no node offers it (custom "
                          f"resources on the cluster: {shown}); start nodes with `ray start "
-                         f"--resources '{{\"{missing[0]}\": N}}'` or drop the flag")
+                         f"--resources '{{\"{missing[0]}\": N}}'` or drop that request")
     return request
 
 
@@ -336,8 +336,8 @@ def _choose_learner_node(hosts: Sequence[NodeInfo], gpus: int, cpus: float) -> N
     fit = [n for n in hosts if n.resources.get("GPU", 0.0) >= gpus and n.resources.get("CPU", 0.0) >= cpus]
     if not fit:
         raise ValueError(f"no node has the learner's {gpus} GPU(s) and {cpus:g} CPU(s) besides its "
-                         f"custom resources ({_describe_nodes(hosts)}); lower --learner-cpus or "
-                         "--num-learner-replicas, or add a bigger learner node")
+                         f"custom resources ({_describe_nodes(hosts)}); lower learner_cpus or "
+                         "num_learner_replicas, or add a bigger learner node")
     return max(fit, key=lambda n: (n.resources.get("GPU", 0.0), n.is_head))
 
 
@@ -346,7 +346,7 @@ def _place_learner_workers(hosts: Sequence[NodeInfo], request: Mapping[str, floa
     """The node of each learner worker, the chief first (see the module docstring).
 
     Raises:
-      ValueError: one line naming ``--num-learner-workers`` when the learner
+      ValueError: one line naming ``num_learner_workers`` when the learner
         nodes cannot hold ``num_workers`` workers of ``request``, ``gpus``
         GPUs and ``cpus`` CPUs each.
     """
@@ -366,10 +366,10 @@ def _place_learner_workers(hosts: Sequence[NodeInfo], request: Mapping[str, floa
     if total < num_workers:
         need = {"CPU": cpus, **({"GPU": gpus} if gpus else {}), **request}
         raise ValueError(
-            f"--num-learner-workers {num_workers}: each learner worker needs {_format_resources(need)} "
+            f"num_learner_workers {num_workers}: each learner worker needs {_format_resources(need)} "
             f"but the learner nodes have room for {total} ({_describe_nodes(hosts)}); pass "
-            f"--num-learner-workers {total} or fewer, add learner nodes, or lower --learner-cpus"
-            f"{', --num-learner-replicas' if gpus > 1 else ''} or --learner-resources")
+            f"num_learner_workers {total} or fewer, add learner nodes, or lower learner_cpus"
+            f"{', num_learner_replicas' if gpus > 1 else ''} or learner_resources")
     chief = _choose_learner_node([n for n in hosts if room[n.node_id]], gpus, cpus)
     placed = [chief]
     room[chief.node_id] -= 1

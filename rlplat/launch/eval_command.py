@@ -19,18 +19,14 @@ import argparse
 import math
 import time
 
-from rlplat import run_dir
-from rlplat.launch import common
+from rlplat.launch import common, saved_run
 
 NAME = "eval"
 HELP = "run a trained policy greedily for a few episodes (returns, optional .gif/.mp4 video)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--logdir", required=True, metavar="RUN",
-                        help="the run directory (`rlplat train --logdir`), live or ended")
-    parser.add_argument("--checkpoint", type=int, default=None, metavar="N",
-                        help="evaluate the checkpoint of learner step N, ckpt-N (default: the newest)")
+    saved_run.add_flags(parser, "evaluate")
     parser.add_argument("--episodes", type=int, default=5, metavar="N",
                         help="greedy episodes to run (default: 5)")
     parser.add_argument("--seed", type=int, default=0,
@@ -68,8 +64,7 @@ def _check_flags(args: argparse.Namespace) -> None:
     if not 0 <= args.seed <= common.MAX_SEED:
         raise common.UsageError(f"--seed must be in 0..{common.MAX_SEED} (got {args.seed}), the range "
                                 "MuJoCo's and NumPy's seeds take")
-    if args.checkpoint is not None and args.checkpoint < 0:
-        raise common.UsageError(f"--checkpoint is a learner step >= 0 (got {args.checkpoint})")
+    saved_run.check_checkpoint_flag(args)
     if not 0 < args.video_fps < math.inf:
         raise common.UsageError(f"--video-fps must be > 0 and finite (got {args.video_fps:g})")
     if args.video is not None:
@@ -83,13 +78,8 @@ def run(args: argparse.Namespace) -> int:
     from rlplat import evaluation  # pylint: disable=g-import-not-at-top  (no TF)
 
     _check_flags(args)
-    try:
-        run_dir.check_run_files(args.logdir)
-        record = evaluation.read_run(args.logdir)
-        step, prefix = record.checkpoint(args.checkpoint)
-        builder = evaluation.make_builder(record)
-    except (evaluation.RunError, run_dir.RunDirError) as e:
-        raise common.UsageError(str(e)) from None
+    run = saved_run.open_run(args)
+    record, step, prefix, builder = run.record, run.step, run.prefix, run.builder
     if args.video is not None and record.env.startswith("gym:"):
         raise common.UsageError(f"--video: {record.env} has no MuJoCo scene to render (gym: tasks "
                                 "cannot be recorded); drop --video")

@@ -17,18 +17,14 @@ from __future__ import annotations
 
 import argparse
 
-from rlplat import run_dir
-from rlplat.launch import common
+from rlplat.launch import common, saved_run
 
 NAME = "export"
 HELP = "write a run's greedy policy as a TensorFlow SavedModel (+ policy.json) that runs without rlplat"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--logdir", required=True, metavar="RUN",
-                        help="the run directory (`rlplat train --logdir`), live or ended")
-    parser.add_argument("--checkpoint", type=int, default=None, metavar="N",
-                        help="export the checkpoint of learner step N, ckpt-N (default: the newest)")
+    saved_run.add_flags(parser, "export")
     parser.add_argument("-o", "--output", required=True, metavar="DIR",
                         help="where the SavedModel and policy.json go: a new or empty directory")
 
@@ -37,16 +33,10 @@ def run(args: argparse.Namespace) -> int:
     from rlplat import evaluation  # pylint: disable=g-import-not-at-top  (no TF)
     from rlplat import export  # pylint: disable=g-import-not-at-top  (no TF until called)
 
-    if args.checkpoint is not None and args.checkpoint < 0:
-        raise common.UsageError(f"--checkpoint is a learner step >= 0 (got {args.checkpoint})")
+    run = saved_run.open_run(args)
+    record, step, prefix, builder = run.record, run.step, run.prefix, run.builder
     try:
-        run_dir.check_run_files(args.logdir)
-        record = evaluation.read_run(args.logdir)
-        step, prefix = record.checkpoint(args.checkpoint)
-        builder = evaluation.make_builder(record)
         builder.check_export()
-    except (evaluation.RunError, run_dir.RunDirError) as e:
-        raise common.UsageError(str(e)) from None
     except ValueError as e:  # check_export: this config's policy cannot be served
         raise common.UsageError(f"cannot export {args.logdir}: {e}") from None
     try:

@@ -141,7 +141,6 @@ def describe_run(args: argparse.Namespace, logdir: str, builder: Any) -> Prepare
       common.UsageError: one line naming the flag to fix.
     """
     from rlplat.distributed.layout_config import RayLayoutConfig  # pylint: disable=g-import-not-at-top  (no Ray)
-    from rlplat.experiment import Experiment  # pylint: disable=g-import-not-at-top
     from rlplat.runners.on_ray import check_run  # pylint: disable=g-import-not-at-top  (no Ray)
 
     try:
@@ -149,10 +148,18 @@ def describe_run(args: argparse.Namespace, logdir: str, builder: Any) -> Prepare
         experiment = experiment_from_args(args, logdir, builder)
         check_run(experiment, layout)
     except ValueError as e:
-        names = {f.name for cls in (RayLayoutConfig, Experiment) for f in dataclasses.fields(cls)}
-        names = names - {"builder", "environment"} | {"global_batch_size"}  # check_run names the batch
-        raise common.UsageError(common.as_flags(str(e), names, RENAMED_FIELDS)) from None
+        raise common.UsageError(run_flags(str(e))) from None
     return PreparedRun(logdir, experiment, layout)
+
+
+def run_flags(message: str) -> str:
+    """``message``, raised in ``Experiment``'s or the layout's field names, in flags."""
+    from rlplat.distributed.layout_config import RayLayoutConfig  # pylint: disable=g-import-not-at-top  (no Ray)
+    from rlplat.experiment import Experiment  # pylint: disable=g-import-not-at-top
+
+    names = {f.name for cls in (RayLayoutConfig, Experiment) for f in dataclasses.fields(cls)}
+    names = names - {"builder", "environment"} | {"global_batch_size"}  # check_run names the batch
+    return common.as_flags(message, names, RENAMED_FIELDS)
 
 
 def check_run_dir(args: argparse.Namespace, logdir: str, agent: str, config: Any,
@@ -358,8 +365,8 @@ def _run_on_ray(args: argparse.Namespace, prepared: PreparedRun):
     print(f"{'resuming' if args.resume else 'run'} in {prepared.logdir}", flush=True)
     try:
         return run_on_ray(prepared.experiment, prepared.layout)
-    except (ValueError, cluster.ClusterConnectionError) as e:
-        raise common.UsageError(str(e)) from None
+    except (ValueError, cluster.ClusterConnectionError) as e:  # placement on this cluster, in field names
+        raise common.UsageError(run_flags(str(e))) from None
     except RunFailedError as e:
         sys.stderr.write(f"rlplat: error: {e}\n")
         return common.EXIT_FAILURE

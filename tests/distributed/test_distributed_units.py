@@ -59,9 +59,9 @@ def test_resource_plan_fits_two_actors_and_a_learner_on_two_cores():
     assert plan.learner_cpus + 2 * plan.actor_cpus + plan.evaluator_cpus + plan.replay_cpus <= 2
     gpu = resources.plan_resources(16, 2, num_actors=8, num_learner_replicas=2)
     assert gpu.learner_gpus == 2 and gpu.learner_cpus == 1 and gpu.actor_cpus == 1
-    with pytest.raises(ValueError, match="--num-learner-replicas 2 or fewer"):
+    with pytest.raises(ValueError, match="num_learner_replicas 2 or fewer"):
         resources.plan_resources(16, 2, num_actors=8, num_learner_replicas=4)
-    with pytest.raises(ValueError, match="--num-actors"):
+    with pytest.raises(ValueError, match="num_actors"):
         resources.plan_resources(2, 0, num_actors=100, num_learner_replicas=1)
 
 

@@ -58,7 +58,7 @@ def test_cloud_cluster_uses_role_resources_by_default():
 
 
 def test_too_many_actors_for_the_actor_units_names_the_flag():
-    with pytest.raises(ValueError, match="--num-actors 32 or fewer"):
+    with pytest.raises(ValueError, match="num_actors 32 or fewer"):
         resources.plan_resources(0, 0, num_actors=33, num_learner_replicas=None, nodes=CLOUD)
 
 
@@ -74,10 +74,10 @@ def test_plain_local_ray_is_planned_as_before():
 
 
 def test_explicit_resource_that_no_node_offers_fails_with_the_fix():
-    with pytest.raises(ValueError, match=r"--actor-resources asks for fast_net .*ray start --resources"):
+    with pytest.raises(ValueError, match=r"actor_resources asks for fast_net .*ray start --resources"):
         resources.plan_resources(0, 0, num_actors=2, num_learner_replicas=None, nodes=CLOUD,
                                  actor_resources={"fast_net": 1})
-    with pytest.raises(ValueError, match="--learner-resources asks for learner"):
+    with pytest.raises(ValueError, match="learner_resources asks for learner"):
         resources.plan_resources(2, 0, num_actors=2, num_learner_replicas=1,
                                  nodes=[_node(1, 2, head=True)], learner_resources={"learner": 1})
     # More of a resource than any one node has cannot host the learner.
@@ -122,7 +122,7 @@ def test_actor_cpus_fit_whole_actors_per_node():
     nodes = [_node(1, 4, head=True, learner=1.0), _node(2, 1, actor=4.0), _node(3, 1, actor=4.0)]
     plan = resources.plan_resources(0, 0, num_actors=3, num_learner_replicas=None, nodes=nodes)
     assert plan.actor_cpus == 0.5
-    with pytest.raises(ValueError, match="lower --actor-cpus"):
+    with pytest.raises(ValueError, match="lower actor_cpus"):
         resources.plan_resources(0, 0, num_actors=3, num_learner_replicas=None, nodes=nodes,
                                  actor_cpus=0.75)
     # The learner's CPUs are taken from its node when actors may run there too.
@@ -133,13 +133,13 @@ def test_actor_cpus_fit_whole_actors_per_node():
 
 
 def test_custom_resource_requests_are_validated():
-    with pytest.raises(ValueError, match="CPU is not a custom resource; use --actor-cpus"):
-        resources.check_custom_resources("--actor-resources", {"CPU": 1})
+    with pytest.raises(ValueError, match="CPU is not a custom resource; use actor_cpus"):
+        resources.check_custom_resources("actor_resources", {"CPU": 1})
     with pytest.raises(ValueError, match="must be > 0"):
-        resources.check_custom_resources("--learner-resources", {"learner": 0})
+        resources.check_custom_resources("learner_resources", {"learner": 0})
     with pytest.raises(ValueError, match="bad resource name"):
-        resources.check_custom_resources("--actor-resources", {"node:10.0.0.1": 1})
-    assert resources.check_custom_resources("--actor-resources", {"actor": "2"}) == {"actor": 2.0}
+        resources.check_custom_resources("actor_resources", {"node:10.0.0.1": 1})
+    assert resources.check_custom_resources("actor_resources", {"actor": "2"}) == {"actor": 2.0}
 
 
 def test_layout_config_validates_placement_fields():
@@ -179,19 +179,19 @@ def test_describe_groups_workers_by_node():
 
 
 # --------------------------------------------- several learner workers (W > 1)
-def test_learner_workers_that_do_not_fit_name_the_flag():
+def test_learner_workers_that_do_not_fit_name_the_field():
     # CLOUD has one `learner` unit: a second worker could never be scheduled.
-    with pytest.raises(ValueError, match=r"--num-learner-workers 2: .* room for 1 .*"
-                                         r"pass --num-learner-workers 1 or fewer"):
+    with pytest.raises(ValueError, match=r"num_learner_workers 2: .* room for 1 .*"
+                                         r"pass num_learner_workers 1 or fewer"):
         resources.plan_resources(0, 0, num_actors=4, num_learner_replicas=None, nodes=CLOUD,
                                  num_learner_workers=2)
     # Enough `learner` units, but CPUs for only 2 workers of 1 CPU each.
     small = [_node(1, 2, head=True, learner=4.0), _node(2, 2, actor=2.0)]
-    with pytest.raises(ValueError, match="room for 2 .*--num-learner-workers 2 or fewer") as info:
+    with pytest.raises(ValueError, match="room for 2 .*num_learner_workers 2 or fewer") as info:
         resources.plan_resources(0, 0, num_actors=2, num_learner_replicas=None, nodes=small,
                                  learner_cpus=1, num_learner_workers=3)
     assert "\n" not in str(info.value)
-    with pytest.raises(ValueError, match="--num-learner-workers must be >= 1"):
+    with pytest.raises(ValueError, match="num_learner_workers must be >= 1"):
         resources.plan_resources(2, 0, num_actors=2, num_learner_replicas=1, num_learner_workers=0)
 
 
@@ -200,7 +200,7 @@ def test_learner_workers_need_the_gpus_of_one_learner_each():
     gpu_nodes = [_node(1, 4, head=True, gpus=1, learner=1.0), _node(2, 4, gpus=2, learner=1.0),
                  _node(3, 4, actor=4.0)]
     with pytest.raises(ValueError, match=r"needs CPU=1, GPU=2, learner=1 .* room for 1 .*"
-                                         r"--num-learner-replicas"):
+                                         r"num_learner_replicas"):
         resources.plan_resources(0, 0, num_actors=4, num_learner_replicas=None, nodes=gpu_nodes,
                                  num_learner_workers=2)
     plan = resources.plan_resources(0, 0, num_actors=4, num_learner_replicas=1, nodes=gpu_nodes,

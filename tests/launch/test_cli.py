@@ -80,3 +80,12 @@ def test_real_envs_command():
     result = run_rlplat("envs", timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip()
+
+
+@pytest.mark.multiprocess  # starts Ray: whether actors fit is a fact of the cluster
+def test_placement_that_does_not_fit_the_cluster_names_the_flag(tmp_path):
+    # The planner raises in field names (num_actors); the command line speaks flags.
+    result = run_rlplat("train", "d4pg", "--num-actors", "64", "--max-actor-steps", "100",
+                        "--logdir", str(tmp_path / "run"), timeout=300)
+    assert_usage_error(result, "64 actors", "pass --num-actors", "or fewer")
+    assert "num_actors" not in result.stderr
