@@ -33,6 +33,7 @@ COMMANDS = (
     "rlplat.launch.eval_command",
     "rlplat.launch.export_command",
     "rlplat.launch.sweep_command",
+    "rlplat.launch.scale_check_command",
 )
 
 

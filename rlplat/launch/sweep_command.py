@@ -118,41 +118,73 @@ def _trial_name(overrides: Dict[str, str], seed: int) -> str:
 
 def run(spec: AgentSpec, args: argparse.Namespace) -> int:
     """Every trial checked as ``rlplat train`` checks it, then the trials on Ray Tune; the exit code."""
-    if args.seeds < 1:
-        raise common.UsageError(f"--seeds must be >= 1 (got {args.seeds})")
-    if args.resume:
-        raise common.UsageError("rlplat sweep does not resume; resume a trial with "
-                                "`rlplat train <agent> --resume --logdir <sweep dir>/<trial>`")
+    check_sweep_flags(args)
     grid = _parse_grid(args.grid, spec)
-    sweep_dir = os.path.abspath(args.logdir or os.path.join(
-        "runs", f"sweep-{spec.name}-{datetime.datetime.now():%Y%m%d-%H%M%S}"))
-    if os.path.lexists(sweep_dir) and not os.path.isdir(sweep_dir):
-        raise common.UsageError(f"--logdir {sweep_dir} is a file, not a directory; name a new sweep directory")
-    if os.path.isdir(sweep_dir) and os.listdir(sweep_dir):
-        raise common.UsageError(f"--logdir {sweep_dir} is not empty; name a new sweep directory")
-    learner_cpus = args.learner_cpus if args.learner_cpus is not None else DEFAULT_LEARNER_CPUS
-    actor_cpus = args.actor_cpus if args.actor_cpus is not None else DEFAULT_ACTOR_CPUS
-    trial_cpus = learner_cpus * args.num_learner_workers + actor_cpus * args.num_actors
-    # Every trial's flags, checked as `rlplat train` checks them, before Ray starts.
+    sweep_dir = new_sweep_dir(args, spec, "sweep")
     prepared = []
     for values in itertools.product(*[vs for _, vs in grid]) if grid else [()]:
         overrides = dict(zip([f for f, _ in grid], values))
+        typed = {field: _typed(spec, field, text) for field, text in overrides.items()}
         for seed in range(args.seed, args.seed + args.seeds):
-            trial = copy.copy(args)
-            for field, text in overrides.items():
-                setattr(trial, field, _typed(spec, field, text))
-            trial.seed = seed
-            trial.learner_cpus, trial.actor_cpus = learner_cpus, actor_cpus
-            trial.logdir = os.path.join(sweep_dir, _trial_name(overrides, seed))
-            run = agent_command.prepare(spec, trial)
-            if any(run.logdir == other.logdir for other, _ in prepared):
-                raise common.UsageError(f"--grid: two trials would share {run.logdir}; give values that "
-                                        "differ in more than punctuation")
-            prepared.append((run, overrides))
-    return _run(args, spec, sweep_dir, prepared, trial_cpus)
+            prepared.append(prepare_trial(spec, args, sweep_dir, typed, overrides, seed, prepared))
+    return run_trials(args, spec, sweep_dir, prepared, trial_cpus(args, args.num_actors))
 
 
-def _run(args, spec: AgentSpec, sweep_dir: str, prepared, trial_cpus: float) -> int:
+def check_sweep_flags(args: argparse.Namespace) -> None:
+    """``--seeds`` and ``--resume``, which a set of trials reads differently from one run."""
+    if args.seeds < 1:
+        raise common.UsageError(f"--seeds must be >= 1 (got {args.seeds})")
+    if args.resume:
+        raise common.UsageError(f"rlplat {getattr(args, 'command', 'sweep')} does not resume; resume a trial with "
+                                "`rlplat train <agent> --resume --logdir <sweep dir>/<trial>`")
+
+
+def new_sweep_dir(args: argparse.Namespace, spec: AgentSpec, kind: str) -> str:
+    """``--logdir`` (or ``runs/<kind>-<agent>-<timestamp>``), which must be new or empty."""
+    sweep_dir = os.path.abspath(args.logdir or os.path.join(
+        "runs", f"{kind}-{spec.name}-{datetime.datetime.now():%Y%m%d-%H%M%S}"))
+    if os.path.lexists(sweep_dir) and not os.path.isdir(sweep_dir):
+        raise common.UsageError(f"--logdir {sweep_dir} is a file, not a directory; name a new {kind} directory")
+    if os.path.isdir(sweep_dir) and os.listdir(sweep_dir):
+        raise common.UsageError(f"--logdir {sweep_dir} is not empty; name a new {kind} directory")
+    return sweep_dir
+
+
+def trial_cpus(args: argparse.Namespace, num_actors: int) -> float:
+    """CPUs one trial asks Ray for: its learner workers and ``num_actors`` actors."""
+    return _learner_cpus(args) * args.num_learner_workers + _actor_cpus(args) * num_actors
+
+
+def _learner_cpus(args: argparse.Namespace) -> float:
+    return args.learner_cpus if args.learner_cpus is not None else DEFAULT_LEARNER_CPUS
+
+
+def _actor_cpus(args: argparse.Namespace) -> float:
+    return args.actor_cpus if args.actor_cpus is not None else DEFAULT_ACTOR_CPUS
+
+
+def prepare_trial(spec: AgentSpec, args: argparse.Namespace, sweep_dir: str, values: Dict[str, Any],
+                  overrides: Dict[str, str], seed: int, prepared: Sequence[Tuple[Any, Dict[str, str]]]):
+    """One trial's flags (``args`` with ``values`` set), checked as ``rlplat train`` checks them.
+
+    Returns ``(PreparedRun, overrides)``; ``overrides`` (the values as typed)
+    name the trial's run directory, which no earlier trial in ``prepared`` may share.
+    """
+    trial = copy.copy(args)
+    for field, value in values.items():
+        setattr(trial, field, value)
+    trial.seed = seed
+    trial.learner_cpus, trial.actor_cpus = _learner_cpus(args), _actor_cpus(args)
+    trial.logdir = os.path.join(sweep_dir, _trial_name(overrides, seed))
+    run = agent_command.prepare(spec, trial)
+    if any(run.logdir == other.logdir for other, _ in prepared):
+        raise common.UsageError(f"--grid: two trials would share {run.logdir}; give values that "
+                                "differ in more than punctuation")
+    return run, overrides
+
+
+def run_trials(args, spec: AgentSpec, sweep_dir: str, prepared, cpus_per_trial: float) -> int:
+    """Runs the prepared trials on Ray Tune, as many at once as fit, then writes the summary."""
     from rlplat.distributed import cluster  # pylint: disable=g-import-not-at-top
     from rlplat.runners import sweep  # pylint: disable=g-import-not-at-top
 
@@ -163,18 +195,19 @@ def _run(args, spec: AgentSpec, sweep_dir: str, prepared, trial_cpus: float) -> 
         raise common.UsageError(str(e)) from None
     try:
         total = cluster.total_cpus()
-        concurrent = int((total + 1e-9) // (trial_cpus + sweep.DRIVER_CPUS))
+        concurrent = int((total + 1e-9) // (cpus_per_trial + sweep.DRIVER_CPUS))
         if concurrent < 1:
             raise common.UsageError(
-                f"a trial needs {trial_cpus:g} CPUs (--learner-cpus x --num-learner-workers + "
+                f"a trial needs {cpus_per_trial:g} CPUs (--learner-cpus x --num-learner-workers + "
                 f"--actor-cpus x --num-actors) but the Ray cluster has {total:g}; lower "
                 "--actor-cpus/--learner-cpus or --num-actors")
         specs = []
         for run, overrides in prepared:
             specs.append(sweep.TrialSpec(name=os.path.basename(run.logdir), experiment=run.experiment,
                                          layout=run.layout, overrides=overrides))
-        print(f"sweep in {sweep_dir}: {len(specs)} trial(s) of {spec.name} on {args.env}, "
-              f"{trial_cpus:g} CPUs each, {min(concurrent, len(specs))} at once on {total:g} CPUs",
+        kind = getattr(args, "command", "sweep")
+        print(f"{kind} in {sweep_dir}: {len(specs)} trial(s) of {spec.name} on {args.env}, up to "
+              f"{cpus_per_trial:g} CPUs each, {min(concurrent, len(specs))} at once on {total:g} CPUs",
               flush=True)
         results = sweep.run_trials(specs, sweep_dir, concurrent)
     finally:

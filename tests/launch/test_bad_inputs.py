@@ -1,6 +1,6 @@
 """The bad-input matrix: every bad `rlplat` input is refused at once, cleanly, touching nothing.
 
-`train`, `eval`, `export`, `status`, `plot` and `sweep`, including damaged run files
+`train`, `eval`, `export`, `status`, `plot`, `sweep` and `scale-check`, including damaged run files
 (empty, truncated or wrong-typed config.json, run_info.json, counters.json);
 `rlplat cluster check` loads Ray's validator, so its cases live in
 tests/clusters/test_cluster_cli.py.
@@ -202,6 +202,16 @@ CASES = [
     ("plot-output-is-a-folder", ["plot", "{run}", "-o", "{base}"], ["is a directory"]),
     ("plot-unknown-metric", ["plot", "{run}", "-o", "{base}/p.png", "--metric", "nope"], ["--metric"]),
     ("sweep-logdir-is-a-file", ["sweep", "d4pg", "--logdir", "{file}"], ["is a file"]),
+    # scale-check: two scales, each checked as `train` checks it
+    ("scale-check-one-scale", ["scale-check", "d4pg", "--actors", "4"], ["--actors", "two whole numbers"]),
+    ("scale-check-same-scales", ["scale-check", "d4pg", "--actors", "2,2"], ["are the same", "--actors"]),
+    ("scale-check-zero-actors", ["scale-check", "d4pg", "--actors", "0,4"], ["--actors values must be >= 1"]),
+    ("scale-check-one-seed", ["scale-check", "d4pg", "--actors", "1,4", "--seeds", "1"], ["--seeds must be >= 2"]),
+    ("scale-check-margin", ["scale-check", "d4pg", "--actors", "1,4", "--margin", "1.5"], ["--margin", "(0, 1)"]),
+    ("scale-check-uneven-shards", ["scale-check", "d4pg", "--actors", "1,4", "--replay-shards", "1,3"],
+     ["--num-actors 4 is not a multiple of --num-replay-shards 3"]),
+    ("scale-check-logdir-not-empty", ["scale-check", "d4pg", "--actors", "1,4", "--logdir", "{run}"],
+     ["not empty"]),
     ("sweep-empty-grid", ["sweep", "d4pg", "--grid", "sigma="], ["--grid"]),
     ("sweep-duplicate-grid-value", ["sweep", "d4pg", "--grid", "sigma=0.2,0.20"], ["same value of sigma"]),
     ("sweep-seed-beyond-32-bits", ["sweep", "d4pg", "--seed", "4294967295", "--seeds", "2"],
