@@ -1,10 +1,10 @@
 """A NumPy deterministic policy plus Gaussian exploration noise: the actor of DPG agents (D4PG, DDPG).
 
 TensorFlow never runs per step here: at batch 1 a tf.function call costs
-~450 us against ~20-35 us for the same MLP in NumPy (measured on the
-project's 2-core CPUs), so the actor runs the learner's policy weights in
-NumPy (``rlplat.utils.numpy_layers``: the op list is read from the Keras
-policy's own layers, so the two cannot drift). Any feed-forward Keras policy
+an order of magnitude more than the same MLP in NumPy (docs/measurements.md),
+so the actor runs the learner's policy weights in NumPy
+(``rlplat.utils.numpy_layers``: the op list is read from the Keras policy's
+own layers, so the two cannot drift). Any feed-forward Keras policy
 whose actions lie in [-1, 1] (a tanh output) fits: an agent passes
 ``numpy_layers.export_layers(policy.layers)`` of a built policy as the
 template and serves the same policy's variables as ``"policy"``.

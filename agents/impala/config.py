@@ -56,14 +56,11 @@ class IMPALAConfig(fields.ConfigMethods):
       normalize_observations: normalise observations with running moments
         that the learner keeps and actors receive with the policy weights.
       reward_scale: rewards are multiplied by this in the learner's targets.
-        On cartpole:balance and :swingup the Gaussian policy collapsed at 1
-        (balance ~240-550 at 600k frames, random ~320) and learned at 0.1
-        (balance 900, swingup 600, 2 of 2 seeds each; ``bench/results.md``):
-        with values near 100 the policy-gradient term dwarfs the entropy
-        bonus. It stays 1 by default because 0.1 is no cure-all: the 1-D
-        point mass of the continuous-learning test collapses at 0.1 and
-        learns at 1. ``rlplat train impala`` uses 0.1 for control-suite
-        tasks unless ``--reward-scale`` is given.
+        With control-suite values near 100 (rewards up to 1 per step) the
+        policy-gradient term dwarfs the entropy bonus and the Gaussian policy
+        collapses, so ``rlplat train impala`` uses 0.1 for control-suite
+        tasks unless ``--reward-scale`` is given. The config's default stays
+        1 because 0.1 is no cure-all (agents/impala/README.md has the runs).
       squash: continuous actions only. "tanh": the action is tanh of the
         Gaussian sample (a squashed Gaussian: log-probs include the tanh
         Jacobian, the entropy bonus is the squashed distribution's, estimated

@@ -5,11 +5,9 @@ own chunk with its own encoding, references and bookkeeping, on the writer and
 again on the sampler. A flat transition (observation, action, reward,
 discount, next_observation) is five or more small columns, so most of what an
 actor pays per step is that per-column overhead, not the bytes. Packing the
-fields into ONE float32 vector makes each item a single column. Measured on
-this machine for a cartpole-sized transition (13 floats), one item per step
-and chunks of 32: writing went from 52 to 20 us of CPU per item, and sampling
-a batch of 256 through ``TrajectoryDataset`` from 4.4 to 1.9 ms of CPU
-(``bench/d4pg_throughput.py`` reports the end-to-end effect).
+fields into ONE float32 vector makes each item a single column, which more
+than halves the CPU per item written and per batch sampled
+(``bench/replay_packing.py``; the figures are in docs/measurements.md).
 
 Replay already stores everything as float32 (``signature.REPLAY_DTYPE``), so
 packing loses nothing; the layout is derived from the environment spec on both

@@ -1,11 +1,10 @@
 """Reading a learner's counters and weights without an eager TensorFlow op per read.
 
 In TensorFlow 2.15 every eagerly executed op (a ``variable.numpy()`` is two:
-a read and an identity) leaves about 16-40 bytes behind for good (measured:
-one 40-byte Python object per op under ``tracemalloc``, 16 MB of RSS per
-million ``tf.add`` calls). A learner served ~50 weight pulls a second, each
-reading the step counter and, per new version, every policy variable: the
-soak (``bench/soak.py``) saw its private memory grow 2-3 MiB a minute. So:
+a read and an identity) leaves a few dozen bytes behind for good. A learner
+serves tens of weight pulls a second, each reading the step counter and, per
+new version, every policy variable, so eager reads grow its memory without
+bound (``bench/soak.py`` catches it; the figures are in docs/measurements.md). So:
 
 - ``StepMirror`` keeps the step count in Python once the learner steps
   (it knows how many steps each call took) and reads the variable only
