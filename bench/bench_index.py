@@ -193,6 +193,15 @@ def _bc_noise(d: Dict[str, Any]) -> List[str]:
             f"{_fmt(s['worst_final_ratio'])} ({len(teachers)} teachers)" for noise, s in d["summary"].items()]
 
 
+def _scale_check(d: Dict[str, Any]) -> List[str]:
+    scale, starved = d["scale"], d["starved"]
+    return [f"{d['env']}, {scale['label_a']} vs {scale['label_b']}, {len(scale['areas_a'])} seeds each: "
+            f"{scale['verdict']} (difference {scale['difference']:+.1f}, interval [{scale['low']:+.1f}, "
+            f"{scale['high']:+.1f}], margin ±{scale['margin']:.1f})",
+            f"starved learner ({starved['label_b']}): {starved['verdict']} (difference "
+            f"{starved['difference']:+.1f}, interval [{starved['low']:+.1f}, {starved['high']:+.1f}])"]
+
+
 # bench module -> (result JSON, headline extractor). A bench without a result
 # yet is listed with "no result yet".
 BENCHES: Dict[str, tuple] = {
@@ -211,6 +220,7 @@ BENCHES: Dict[str, tuple] = {
     "scaling": ("scaling.json", _scaling),
     "envpool_eval": ("envpool_eval.json", _envpool),
     "bc_rollout_noise": ("bc_rollout_noise.json", _bc_noise),
+    "scale_check": ("scale_check.json", _scale_check),
 }
 
 

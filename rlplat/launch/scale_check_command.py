@@ -54,8 +54,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                f"runs/scale-check-{spec.name}-<timestamp>)")
             elif action.dest == "seed":
                 action.help = "first seed; --seeds N runs seeds SEED .. SEED+N-1 at each scale (default: 0)"
-            elif action.dest in ("num_actors", "envs_per_actor", "num_replay_shards"):
-                action.help = argparse.SUPPRESS  # set per scale below
         envs_per_actor = sub.get_default("envs_per_actor")  # the replaced flag's default stays the default
         group = sub.add_argument_group("scale check")
         group.add_argument("--actors", required=True, type=_pair, metavar="A,B",
@@ -64,12 +62,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                            metavar="A,B", help="environments per actor at a and b (default: 1,1)")
         group.add_argument("--replay-shards", dest="scale_replay_shards", type=_pair, default=None,
                            metavar="A,B", help="replay shards at a and b (default: 1,1)")
+        for flag, pair_flag in (("--num-actors", "--actors"), ("--num-replay-shards", "--replay-shards")):
+            group.add_argument(flag, dest=f"refused_{flag[2:].replace('-', '_')}", default=None,
+                               metavar="N", help=f"not used here: give both scales with {pair_flag} A,B")
         group.add_argument("--seeds", type=int, default=3, metavar="N",
                            help="seeds at each scale (default: 3)")
         group.add_argument("--margin", type=float, default=0.1, metavar="FRACTION",
                            help="the largest difference that still counts as the same learning, as a "
                                 "fraction of scale a's mean return over the run (default: 0.1)")
-        sub.set_defaults(run=functools.partial(run, spec), grid=[], envs_per_actor=envs_per_actor)
+        sub.set_defaults(run=functools.partial(run, spec), grid=[], envs_per_actor=envs_per_actor,
+                         num_actors=None, num_replay_shards=1)
 
 
 def _pair(text: str) -> List[int]:
@@ -84,6 +86,9 @@ def run(spec: AgentSpec, args: argparse.Namespace) -> int:
     from rlplat import scale_check  # pylint: disable=g-import-not-at-top  (NumPy only)
 
     sweep_command.check_sweep_flags(args)
+    for flag, pair_flag in (("num_actors", "actors"), ("num_replay_shards", "replay-shards")):
+        if getattr(args, f"refused_{flag}") is not None:
+            raise common.UsageError(f"--{flag.replace('_', '-')} is one scale; give both with --{pair_flag} A,B")
     if not 0.0 < args.margin < 1.0:
         raise common.UsageError(f"--margin must be a fraction in (0, 1) (got {args.margin:g}), e.g. 0.1")
     if args.seeds < 2:

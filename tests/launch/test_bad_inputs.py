@@ -206,6 +206,8 @@ CASES = [
     ("scale-check-one-scale", ["scale-check", "d4pg", "--actors", "4"], ["--actors", "two whole numbers"]),
     ("scale-check-same-scales", ["scale-check", "d4pg", "--actors", "2,2"], ["are the same", "--actors"]),
     ("scale-check-zero-actors", ["scale-check", "d4pg", "--actors", "0,4"], ["--actors values must be >= 1"]),
+    ("scale-check-num-actors", ["scale-check", "d4pg", "--actors", "1,4", "--num-actors", "2"],
+     ["--num-actors is one scale", "--actors A,B"]),
     ("scale-check-one-seed", ["scale-check", "d4pg", "--actors", "1,4", "--seeds", "1"], ["--seeds must be >= 2"]),
     ("scale-check-margin", ["scale-check", "d4pg", "--actors", "1,4", "--margin", "1.5"], ["--margin", "(0, 1)"]),
     ("scale-check-uneven-shards", ["scale-check", "d4pg", "--actors", "1,4", "--replay-shards", "1,3"],
