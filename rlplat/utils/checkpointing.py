@@ -25,6 +25,14 @@ A non-chief worker writes into a fresh temporary directory that is deleted
 at once. Every worker restores from the chief's ``directory`` (a shared file
 system or bucket).
 
+Hyperparameters come from the run, state from the checkpoint: Keras
+optimizers keep their learning rate in a variable that a checkpoint holds,
+so a restore would bring back the saved rate. ``restore`` puts back the rate
+each optimizer was built with (the run's config), so a resumed run, or a
+population-based-training trial that copied another's checkpoint with a
+mutated rate, learns at the rate it asked for; weights, slots and
+``iterations`` come from the checkpoint.
+
 Never a non-finite checkpoint: ``save`` first checks every floating-point
 variable it would write and refuses (``FloatingPointError``, nothing written)
 if one holds NaN or Inf, so the newest checkpoint is always one to go back to.
@@ -74,6 +82,7 @@ class Checkpointer:
         self.is_chief = is_chief
         self.max_to_keep = int(max_to_keep)
         self._checkpoint = tf.train.Checkpoint(**objects)
+        self._optimizers = [o for o in objects.values() if isinstance(o, tf.keras.optimizers.Optimizer)]
 
     def _prefix(self, step: int) -> str:
         return os.path.join(self.directory, f"{run_dir.CHECKPOINT_PREFIX}-{int(step)}")
@@ -149,7 +158,11 @@ class Checkpointer:
         prefix = self._prefix(step)
         if not os.path.isfile(prefix + ".index"):
             raise FileNotFoundError(f"no checkpoint {prefix} (its .index file is missing)")
+        rates = [(optimizer, _learning_rate(optimizer)) for optimizer in self._optimizers]
         self._checkpoint.restore(prefix).assert_existing_objects_matched()
+        for optimizer, rate in rates:
+            if rate is not None:
+                optimizer.learning_rate = rate
         return int(step)
 
     def restore_latest(self) -> Optional[int]:
@@ -204,4 +217,12 @@ def first_nonfinite_variable(root) -> Optional[str]:
         seen.add(id(obj))
         if not np.all(np.isfinite(obj.numpy())):
             return obj.name
+    return None
+
+
+def _learning_rate(optimizer: tf.keras.optimizers.Optimizer) -> Optional[float]:
+    """The rate ``optimizer`` was built with, when it is a plain number (not a schedule)."""
+    rate = getattr(optimizer, "_learning_rate", None)
+    if isinstance(rate, tf.Variable):
+        return float(rate.numpy())
     return None

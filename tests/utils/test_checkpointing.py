@@ -94,3 +94,32 @@ def test_restore_fails_loudly_on_a_mismatched_checkpoint(tmp_path):
         checkpointing.Checkpointer(str(tmp_path), v=tf.Variable([1.0, 2.0, 3.0])).restore_latest()
     with pytest.raises(ValueError, match="ckpt-<step>"):
         checkpointing.step_of("/x/model.ckpt")
+
+
+def test_restore_keeps_the_learning_rate_the_optimizer_was_built_with(tmp_path):
+    # A resume (or a PBT exploit) with a new --*-learning-rate must learn at that rate,
+    # while Adam's moments and iterations come back from the checkpoint.
+    from rlplat.utils.optimizers import FusedAdam
+
+    var = tf.Variable([1.0, 2.0])
+    saved_opt = FusedAdam(1e-3)
+    saved_opt.apply_gradients([(tf.constant([0.5, -0.5]), var)])
+    saved_opt.apply_gradients([(tf.constant([0.25, 0.25]), var)])
+    checkpointing.Checkpointer(str(tmp_path), var=var, optimizer=saved_opt).save(2)
+    moments = [v.numpy() for v in saved_opt.variables]
+
+    var2 = tf.Variable([0.0, 0.0])
+    new_opt = FusedAdam(5e-4)
+    new_opt.build([var2])
+    checkpointing.Checkpointer(str(tmp_path), var=var2, optimizer=new_opt).restore(2)
+    assert float(new_opt.learning_rate) == pytest.approx(5e-4)
+    assert int(new_opt.iterations) == 2
+    restored = [v.numpy() for v in new_opt.variables]
+    for before, after in zip(moments, restored):
+        if np.ndim(before):  # the slots (the scalar rate and step are checked above)
+            np.testing.assert_array_equal(before, after)
+    np.testing.assert_array_equal(var2.numpy(), var.numpy())
+    # The next update runs at the new rate: Adam's first step size is about lr.
+    before = var2.numpy().copy()
+    new_opt.apply_gradients([(tf.constant([1.0, 1.0]), var2)])
+    assert np.all(np.abs(var2.numpy() - before) < 2 * 5e-4)
