@@ -40,6 +40,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 from rlplat.agent_spec import AgentSpec
 from rlplat.launch import agent_command
 from rlplat.launch import common
+from rlplat.launch import pbt_flags
 
 NAME = "sweep"
 HELP = "run seeds and a grid of config values as concurrent trials on Ray Tune"
@@ -69,6 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         sweep.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2",
                            help="config values to try, e.g. sigma=0.2,0.3 or critic-layer-sizes=64:64,"
                                 "128:128 (list values use ':'); repeat for a product")
+        pbt_flags.add_flags(sweep)
         sub.set_defaults(run=functools.partial(run, spec))
 
 
@@ -88,7 +90,7 @@ def _parse_grid(entries: Sequence[str], spec: AgentSpec) -> List[Tuple[str, List
         texts = [v.strip().replace(":", ",") for v in values.split(",") if v.strip()]
         typed: Dict[Any, str] = {}
         for text in texts:
-            value = _typed(spec, field, text)
+            value = typed_value(spec, field, text)
             key = tuple(value) if isinstance(value, list) else value
             if key in typed:
                 raise common.UsageError(f"--grid {entry!r}: {typed[key]} and {text} are the same value of "
@@ -99,7 +101,7 @@ def _parse_grid(entries: Sequence[str], spec: AgentSpec) -> List[Tuple[str, List
     return grid
 
 
-def _typed(spec: AgentSpec, field: str, text: str) -> Any:
+def typed_value(spec: AgentSpec, field: str, text: str) -> Any:
     """``text`` as the agent's own ``--field`` flag would parse it."""
     default = next(f.default for f in dataclasses.fields(spec.config_class) if f.name == field)
     if isinstance(default, bool):
@@ -120,14 +122,17 @@ def run(spec: AgentSpec, args: argparse.Namespace) -> int:
     """Every trial checked as ``rlplat train`` checks it, then the trials on Ray Tune; the exit code."""
     check_sweep_flags(args)
     grid = _parse_grid(args.grid, spec)
+    mutations = pbt_flags.parse(args, spec, [f for f, _ in grid])
+    if mutations and spec.replay_checkpoint:
+        args.replay_checkpoint = True  # an exploit copies the donor's replay with its weights
     sweep_dir = new_sweep_dir(args, spec, "sweep")
     prepared = []
     for values in itertools.product(*[vs for _, vs in grid]) if grid else [()]:
         overrides = dict(zip([f for f, _ in grid], values))
-        typed = {field: _typed(spec, field, text) for field, text in overrides.items()}
+        typed = {field: typed_value(spec, field, text) for field, text in overrides.items()}
         for seed in range(args.seed, args.seed + args.seeds):
             prepared.append(prepare_trial(spec, args, sweep_dir, typed, overrides, seed, prepared))
-    return run_trials(args, spec, sweep_dir, prepared, trial_cpus(args, args.num_actors))
+    return run_trials(args, spec, sweep_dir, prepared, trial_cpus(args, args.num_actors), mutations)
 
 
 def check_sweep_flags(args: argparse.Namespace) -> None:
@@ -183,8 +188,12 @@ def prepare_trial(spec: AgentSpec, args: argparse.Namespace, sweep_dir: str, val
     return run, overrides
 
 
-def run_trials(args, spec: AgentSpec, sweep_dir: str, prepared, cpus_per_trial: float) -> int:
-    """Runs the prepared trials on Ray Tune, as many at once as fit, then writes the summary."""
+def run_trials(args, spec: AgentSpec, sweep_dir: str, prepared, cpus_per_trial: float,
+               mutations: Sequence[Any] = ()) -> int:
+    """Runs the prepared trials on Ray Tune, as many at once as fit, then writes the summary.
+
+    With ``mutations`` they are a PBT population (``rlplat.runners.pbt``), which runs all at once.
+    """
     from rlplat.distributed import cluster  # pylint: disable=g-import-not-at-top
     from rlplat.runners import sweep  # pylint: disable=g-import-not-at-top
 
@@ -201,6 +210,11 @@ def run_trials(args, spec: AgentSpec, sweep_dir: str, prepared, cpus_per_trial: 
                 f"a trial needs {cpus_per_trial:g} CPUs (--learner-cpus x --num-learner-workers + "
                 f"--actor-cpus x --num-actors) but the Ray cluster has {total:g}; lower "
                 "--actor-cpus/--learner-cpus or --num-actors")
+        if mutations and concurrent < len(prepared):
+            raise common.UsageError(
+                f"--scheduler pbt runs the whole population at once: {len(prepared)} trials of "
+                f"{cpus_per_trial:g} CPUs, but the Ray cluster has {total:g}; lower --learner-cpus/--actor-cpus, "
+                "--num-actors or --seeds")
         specs = []
         for run, overrides in prepared:
             specs.append(sweep.TrialSpec(name=os.path.basename(run.logdir), experiment=run.experiment,
@@ -209,13 +223,18 @@ def run_trials(args, spec: AgentSpec, sweep_dir: str, prepared, cpus_per_trial: 
         print(f"{kind} in {sweep_dir}: {len(specs)} trial(s) of {spec.name} on {args.env}, up to "
               f"{cpus_per_trial:g} CPUs each, {min(concurrent, len(specs))} at once on {total:g} CPUs",
               flush=True)
-        results = sweep.run_trials(specs, sweep_dir, concurrent)
+        if mutations:
+            from rlplat.runners import pbt  # pylint: disable=g-import-not-at-top
+
+            results = pbt.run_population(specs, sweep_dir, mutations, args.perturbation_interval, seed=args.seed)
+        else:
+            results = sweep.run_trials(specs, sweep_dir, concurrent)
     finally:
         cluster.disconnect(connection)
-    return _summarise(args, sweep_dir, specs, results)
+    return _summarise(args, sweep_dir, specs, results, [m.field for m in mutations])
 
 
-def _summarise(args, sweep_dir: str, specs, results) -> int:
+def _summarise(args, sweep_dir: str, specs, results, mutated: Sequence[str] = ()) -> int:
     from rlplat.launch import plot_command  # pylint: disable=g-import-not-at-top
     from rlplat.utils import loggers  # pylint: disable=g-import-not-at-top
 
@@ -227,8 +246,10 @@ def _summarise(args, sweep_dir: str, specs, results) -> int:
         target = args.target_eval_return
         reached = next((r["step"] for r in evals if target is not None and r["eval_return"] >= target), None)
         last = [r["eval_return"] for r in evals[-3:]]
+        final = _final_config(spec.logdir) if mutated else {}
         rows.append({"trial": spec.name, "seed": spec.seed,
                      **{k: str(v) for k, v in spec.overrides.items()},
+                     **{f"final {k}": _shown_value(final.get(k)) for k in mutated},
                      "env_steps": evals[-1]["step"] if evals else None,
                      "final_return": round(sum(last) / len(last), 2) if last else None,
                      "best_return": round(max(r["eval_return"] for r in evals), 2) if evals else None,
@@ -242,6 +263,8 @@ def _summarise(args, sweep_dir: str, specs, results) -> int:
     shown = lambda v: "-" if v is None or v == "" else str(v)  # noqa: E731
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(shown(r[c]) for c in columns) + " |" for r in rows]
+    if mutated:
+        lines += pbt_flags.lineage_markdown(sweep_dir)
     with open(os.path.join(sweep_dir, "summary.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines), flush=True)
@@ -258,3 +281,17 @@ def _summarise(args, sweep_dir: str, specs, results) -> int:
     print(f"summary: {os.path.join(sweep_dir, 'summary.md')}, curves: {os.path.join(sweep_dir, 'curves.png')}",
           flush=True)
     return common.EXIT_OK
+
+
+def _final_config(logdir: str) -> Dict[str, Any]:
+    """The agent config a trial ended with (a PBT trial's may differ from where it started)."""
+    from rlplat import run_dir  # pylint: disable=g-import-not-at-top
+
+    try:
+        return dict(run_dir.read_json_object(run_dir.config_path(logdir), "run config").get("agent", {}))
+    except run_dir.RunDirError:
+        return {}
+
+
+def _shown_value(value: Any) -> str:
+    return "-" if value is None else f"{value:.4g}" if isinstance(value, float) else str(value)

@@ -42,6 +42,8 @@ SUPERVISED_RUN = ["train", "supervised", "--num-steps", "2", "--hidden-sizes", "
                   "--log-period", "1", "--eval-period", "1", "--checkpoint-period", "1", "--no-progress"]
 
 D4PG, IMPALA, SUP = ("train", "d4pg"), ("train", "impala"), ("train", "supervised")
+PBT4 = ("sweep", "d4pg", "--scheduler", "pbt", "--seeds", "4")
+EVERY_1000 = ("--perturbation-interval", "1000", "--eval-every-steps", "1000")
 
 # (case id, argv with {placeholders}, fragments the error line must contain); an argv
 # may start with a dict: environment variables set for that case.
@@ -202,6 +204,16 @@ CASES = [
     ("plot-output-is-a-folder", ["plot", "{run}", "-o", "{base}"], ["is a directory"]),
     ("plot-unknown-metric", ["plot", "{run}", "-o", "{base}/p.png", "--metric", "nope"], ["--metric"]),
     ("sweep-logdir-is-a-file", ["sweep", "d4pg", "--logdir", "{file}"], ["is a file"]),
+    # sweep --scheduler pbt
+    ("pbt-mutate-without-pbt", ["sweep", "d4pg", "--mutate", "sigma=0.1:0.5"], ["--mutate is for --scheduler pbt"]),
+    ("pbt-no-interval", [*PBT4, "--mutate", "sigma=0.1:0.5"], ["--perturbation-interval"]),
+    ("pbt-shape-field", [*PBT4, "--mutate", "policy-layer-sizes=32:32,64:64", *EVERY_1000],
+     ["may not change policy_layer_sizes"]),
+    ("pbt-bad-range-value", [*PBT4, "--mutate", "sigma=-1:0.5", *EVERY_1000], ["--sigma must be >= 0"]),
+    ("pbt-sparse-evals", [*PBT4, "--mutate", "sigma=0.1:0.5", "--perturbation-interval", "1000",
+                          "--eval-every-steps", "5000"], ["--eval-every-steps at most"]),
+    ("pbt-population-of-one", ["sweep", "d4pg", "--scheduler", "pbt", "--mutate", "sigma=0.1:0.5", *EVERY_1000],
+     ["population of 2 or more"]),
     # scale-check: two scales, each checked as `train` checks it
     ("scale-check-one-scale", ["scale-check", "d4pg", "--actors", "4"], ["--actors", "two whole numbers"]),
     ("scale-check-same-scales", ["scale-check", "d4pg", "--actors", "2,2"], ["are the same", "--actors"]),
