@@ -209,3 +209,15 @@ def setup_tensorflow(num_replicas: Optional[int]) -> None:
         tf_setup.configure_tensorflow(num_cpu_replicas=num_replicas)
     except ValueError as e:  # ReplicationError: too late, or an impossible device count
         raise UsageError(str(e)) from None
+
+
+def config_value(config_cls: type, field: str, text: str, where: str) -> Any:
+    """``text`` as the config's own ``--field`` flag would parse it; ``where`` names the flag giving it."""
+    default = next(f.default for f in dataclasses.fields(config_cls) if f.name == field)
+    if isinstance(default, bool):
+        if text.lower() not in ("true", "false"):
+            raise UsageError(f"{where} {field}={text}: use true or false")
+        return text.lower() == "true"
+    parser = Parser(prog=f"{where} {field}")
+    add_config_flags(parser, config_cls, {field: ""})
+    return getattr(parser.parse_args(["--" + field.replace("_", "-"), text]), field)

@@ -42,7 +42,6 @@ def parse(args: argparse.Namespace, spec: AgentSpec, grid_fields: Sequence[str])
     Raises:
       common.UsageError: one line naming the flag and the fix.
     """
-    from rlplat.launch import sweep_command  # pylint: disable=g-import-not-at-top  (no cycle at import)
     from rlplat.runners.pbt_space import Mutation  # pylint: disable=g-import-not-at-top  (no Ray)
 
     if args.scheduler != "pbt":
@@ -56,6 +55,9 @@ def parse(args: argparse.Namespace, spec: AgentSpec, grid_fields: Sequence[str])
     if interval is None or interval < 1:
         raise common.UsageError("--scheduler pbt needs --perturbation-interval STEPS >= 1 (env steps between "
                                 "PBT's decisions)")
+    if args.max_actor_steps is None:
+        raise common.UsageError("--scheduler pbt needs --max-actor-steps: every trial trains to that budget, "
+                                "in segments of --perturbation-interval")
     if interval >= args.max_actor_steps:
         raise common.UsageError(f"--perturbation-interval {interval} leaves no decision before "
                                 f"--max-actor-steps {args.max_actor_steps}; make it smaller")
@@ -91,12 +93,12 @@ def parse(args: argparse.Namespace, spec: AgentSpec, grid_fields: Sequence[str])
         try:
             if ":" in text:
                 low_text, _, high_text = text.partition(":")
-                low = sweep_command.typed_value(spec, field, low_text.strip())
-                high = sweep_command.typed_value(spec, field, high_text.strip())
+                low = _value(spec, field, low_text.strip())
+                high = _value(spec, field, high_text.strip())
                 mutation = Mutation(field, low=low, high=high)
                 values = [low, high]
             else:
-                values = [sweep_command.typed_value(spec, field, v.strip()) for v in text.split(",") if v.strip()]
+                values = [_value(spec, field, v.strip()) for v in text.split(",") if v.strip()]
                 if len(values) < 2:
                     raise ValueError(f"give two or more values (got {text!r})")
                 mutation = Mutation(field, values=tuple(values))
@@ -109,6 +111,10 @@ def parse(args: argparse.Namespace, spec: AgentSpec, grid_fields: Sequence[str])
                 raise common.UsageError(f"--mutate {entry!r}: {common.as_flags(str(e), spec.flag_helps())}") from None
         mutations.append(mutation)
     return mutations
+
+
+def _value(spec: AgentSpec, field: str, text: str) -> Any:
+    return common.config_value(spec.config_class, field, text, f"rlplat sweep {spec.name} --mutate")
 
 
 def _grid_size(args: argparse.Namespace) -> int:

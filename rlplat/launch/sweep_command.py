@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import copy
 import csv
-import dataclasses
 import datetime
 import functools
 import itertools
@@ -103,14 +102,7 @@ def _parse_grid(entries: Sequence[str], spec: AgentSpec) -> List[Tuple[str, List
 
 def typed_value(spec: AgentSpec, field: str, text: str) -> Any:
     """``text`` as the agent's own ``--field`` flag would parse it."""
-    default = next(f.default for f in dataclasses.fields(spec.config_class) if f.name == field)
-    if isinstance(default, bool):
-        if text.lower() not in ("true", "false"):
-            raise common.UsageError(f"--grid {field}={text}: use true or false")
-        return text.lower() == "true"
-    parser = common.Parser(prog=f"rlplat sweep {spec.name} --grid {field}")
-    common.add_config_flags(parser, spec.config_class, {field: ""})
-    return getattr(parser.parse_args(["--" + field.replace("_", "-"), text]), field)
+    return common.config_value(spec.config_class, field, text, f"rlplat sweep {spec.name} --grid")
 
 
 def _trial_name(overrides: Dict[str, str], seed: int) -> str:

@@ -43,7 +43,7 @@ SUPERVISED_RUN = ["train", "supervised", "--num-steps", "2", "--hidden-sizes", "
 
 D4PG, IMPALA, SUP = ("train", "d4pg"), ("train", "impala"), ("train", "supervised")
 PBT4 = ("sweep", "d4pg", "--scheduler", "pbt", "--seeds", "4")
-EVERY_1000 = ("--perturbation-interval", "1000", "--eval-every-steps", "1000")
+EVERY_1000 = ("--perturbation-interval", "1000", "--eval-every-steps", "1000", "--max-actor-steps", "5000")
 
 # (case id, argv with {placeholders}, fragments the error line must contain); an argv
 # may start with a dict: environment variables set for that case.
@@ -211,7 +211,8 @@ CASES = [
      ["may not change policy_layer_sizes"]),
     ("pbt-bad-range-value", [*PBT4, "--mutate", "sigma=-1:0.5", *EVERY_1000], ["--sigma must be >= 0"]),
     ("pbt-sparse-evals", [*PBT4, "--mutate", "sigma=0.1:0.5", "--perturbation-interval", "1000",
-                          "--eval-every-steps", "5000"], ["--eval-every-steps at most"]),
+                          "--eval-every-steps", "5000", "--max-actor-steps", "5000"], ["--eval-every-steps at most"]),
+    ("pbt-no-budget", [*PBT4, "--mutate", "sigma=0.1:0.5", *EVERY_1000[:4]], ["needs --max-actor-steps"]),
     ("pbt-population-of-one", ["sweep", "d4pg", "--scheduler", "pbt", "--mutate", "sigma=0.1:0.5", *EVERY_1000],
      ["population of 2 or more"]),
     # scale-check: two scales, each checked as `train` checks it

@@ -13,7 +13,8 @@ import pytest
 from cli_testlib import run_rlplat
 from rlplat.utils import loggers
 
-pytestmark = [pytest.mark.slow, pytest.mark.multiprocess]
+# The fixture trains 12 segments of 4 concurrent runs: minutes, more on a loaded machine.
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess, pytest.mark.timeout(1800)]
 
 MIN_REPLAY = 100
 

@@ -1,0 +1,57 @@
+"""docs/walkthrough.md runs: train, watch, compare, scale-check, PBT, export, load elsewhere.
+
+The doc's shell block is run as written, in a fresh folder, except for the
+step budgets below (CI cannot afford 100k-step runs): each is replaced
+everywhere it appears, and each must appear, so the doc cannot drift away
+from what this test runs.
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.multiprocess, pytest.mark.timeout(2400)]
+
+DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "walkthrough.md")
+SHRUNK = {"--max-actor-steps 100000": "--max-actor-steps 2000",
+          "--eval-every-steps 10000": "--eval-every-steps 1000",
+          "--perturbation-interval 20000": "--perturbation-interval 1000",
+          "--seeds 3": "--seeds 2"}
+
+
+def _block() -> str:
+    with open(DOC, encoding="utf-8") as f:
+        text = f.read()
+    blocks = re.findall(r"```sh walkthrough\n(.*?)```", text, flags=re.S)
+    assert len(blocks) == 1, "docs/walkthrough.md must hold one ```sh walkthrough block"
+    return blocks[0]
+
+
+def test_the_shrunk_budgets_are_the_only_changes():
+    block = _block()
+    for old, new in SHRUNK.items():
+        assert old in block, f"the doc no longer says {old!r}; update SHRUNK in this test"
+        block = block.replace(old, new)
+    assert "100000" not in block and "20000" not in block
+
+
+def test_the_walkthrough_runs_from_training_to_a_policy_loaded_without_rlplat(tmp_path):
+    script = _block()
+    for old, new in SHRUNK.items():
+        script = script.replace(old, new)
+    env = dict(os.environ, PATH=os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"])
+    env.pop("TF_CONFIG", None)
+    done = subprocess.run(["bash", "-euc", script], cwd=str(tmp_path), env=env, capture_output=True, text=True,
+                          timeout=2400)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    runs = tmp_path / "runs"
+    assert (runs / "demo-curve.png").exists() and (runs / "demo.gif").exists()
+    assert (runs / "seeds" / "summary.md").exists() and (runs / "seeds" / "curves.png").exists()
+    assert (runs / "scale" / "scale_check.json").exists()
+    assert "**Lineage**" in (runs / "pbt" / "summary.md").read_text()
+    assert (runs / "demo-policy" / "saved_model.pb").exists()
+    match = re.search(r"exported policy, one episode: return (-?[\d.]+)", done.stdout)
+    assert match and float(match.group(1)) >= 0.0, done.stdout[-2000:]
