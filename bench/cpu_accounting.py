@@ -5,7 +5,8 @@ process's threads (``thread_cpu_table``) and their difference by thread name,
 the windows of actor chunks whose CPU is split into parts
 (``actor_window``, ``breakdown_us``: env step, policy, Reverb write, weight
 pull, Ray dispatch, background threads), a sampler of CPU per process role
-(``CpuSampler``), and small statistics (``median``, ``slope``). Linux only.
+(``CpuSampler``; ``LearnerThreadSampler`` also per learner thread), and
+small statistics (``median``, ``slope``). Linux only.
 """
 
 from __future__ import annotations
@@ -41,13 +42,13 @@ PART_LABELS = {
 
 
 # ----------------------------------------------------------------- helpers
-def thread_cpu_table():
-    """{tid: [name, cpu seconds]} for this process's threads (from /proc)."""
+def thread_cpu_table(pid="self"):
+    """{tid: [name, cpu seconds]} for the threads of process ``pid`` (this one by default), from /proc."""
     tick = os.sysconf("SC_CLK_TCK")
     table = {}
-    for tid in os.listdir("/proc/self/task"):
+    for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
                 stat = f.read()
         except OSError:
             continue
@@ -256,6 +257,44 @@ class CpuSampler:
         return {"seconds": round(dt, 1),
                 "cores_by_role": {k: round(v / dt, 3) for k, v in sorted(roles.items(), key=lambda x: -x[1])},
                 "cores_busy_total": round(busy, 3)}
+
+
+class LearnerThreadSampler(CpuSampler):
+    """Also samples the learner process's CPU per thread name (which threads eat its core)."""
+
+    def _run(self):
+        self.threads = []  # (time.time(), {(pid, tid): [name, cpu_s]})
+        while not self._stop.is_set():
+            now = time.time()
+            self.samples.append((now, processes_cpu(), system_cpu()))
+            pids = [pid for pid, (role, _) in self.samples[-1][1].items() if role == "learner"]
+            self.threads.append((now, _threads_of(pids)))
+            self._stop.wait(self._period)
+
+    def learner_threads_between(self, t0, t1):
+        """Cores used per learner thread name between the first and last samples inside [t0, t1]."""
+        inside = [s for s in getattr(self, "threads", []) if t0 <= s[0] <= t1]
+        if len(inside) < 2:
+            return None
+        (ta, a), (tb, b) = inside[0], inside[-1]
+        by_name = {}
+        for key, (name, cpu) in b.items():
+            delta = cpu - a.get(key, (name, 0.0))[1]
+            # Ray names its threads; TF, Reverb and gRPC pool threads keep the process title.
+            label = name if not name.startswith("ray::") else "(unnamed: TF/Reverb/gRPC pools, main)"
+            by_name[label] = by_name.get(label, 0.0) + max(0.0, delta)
+        return {k: round(v / (tb - ta), 3) for k, v in sorted(by_name.items(), key=lambda x: -x[1]) if v > 0}
+
+
+def _threads_of(pids):
+    out = {}
+    for pid in pids:
+        try:
+            table = thread_cpu_table(pid)
+        except OSError:  # the process ended
+            continue
+        out.update({(pid, tid): entry for tid, entry in table.items()})
+    return out
 
 
 def process_role(pid, cmdline):

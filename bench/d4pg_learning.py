@@ -85,14 +85,7 @@ def run_one(args, overrides, seed, bench=BENCH):
                             target_eval_return=args.target, checkpoint_every_s=3600.0)
     summary = run_on_ray(experiment, RayLayoutConfig(console=False))
     wall_s = time.time() - start
-    curve = []
-    with open(os.path.join(logdir, "metrics.jsonl")) as f:
-        for line in f:
-            record = json.loads(line)
-            if record.get("role") == "evaluator":
-                curve.append({"seconds": record["wall_time"] - start, "actor_steps": record["step"],
-                              "learner_steps": record.get("learner_steps"),
-                              "eval_return": record["eval_return"]})
+    curve = seeds_lib.eval_curve(seeds_lib.read_metrics(logdir), start)
     hit = seeds_lib.first_reaching(curve, args.target) if args.target is not None else None
     print(f"[{bench}/{args.variant}] seed {seed}: "
           + (f"{hit['eval_return']:.1f} at {hit['actor_steps']:,} env steps, {hit['seconds']:.0f} s"
@@ -100,7 +93,7 @@ def run_one(args, overrides, seed, bench=BENCH):
           flush=True)
     return {"eval_curve": curve, "total_wall_seconds": wall_s, "config": config.to_dict(),
             "env_steps_per_s": summary["actor_steps"] / wall_s,
-            "summary": {k: v for k, v in summary.items() if isinstance(v, (int, float, str, type(None)))},
+            "summary": seeds_lib.scalar_summary(summary),
             "logdir": logdir}
 
 

@@ -31,11 +31,8 @@ default ``D4PGBuilder``, cartpole:swingup):
    process of its own, as in a learner worker (the same table and server in
    both), with the layout's learner thread counts; the two processes
    alternate, A B B A ..., and the median of the paired ratios is kept.
-   (Learners sharing one process interfere: with four Reverb-fed variants
-   and a memory-fed learner in one process, blocks in random order, every
-   variant read 0.92-0.98, against 0.87 for the same code alone; two
-   learners in one process happened to agree with separate processes, at
-   0.87-0.89, but nothing guarantees it.)
+   (Learners sharing one process interfere with each other's figures, so
+   each runs alone, as in training.)
 2b. Learner precision (``learner_precision.py``): the memory-fed learner in
    fp32 against bf16 (``rlplat.precision``), one learner per process,
    alternating fp32 bf16 bf16 fp32 ...; the median of the per-round ratios
@@ -49,7 +46,9 @@ default ``D4PGBuilder``, cartpole:swingup):
     python bench/d4pg_throughput.py [--max-actor-steps 40000] [--out bench/results]
 
 Writes d4pg_throughput.json (figures, breakdowns, where the time goes) and
-d4pg_throughput.png under --out. Takes about 3-5 minutes on 2 cores.
+d4pg_throughput.png under --out. Takes about 3-5 minutes on 2 cores. The
+skeleton shared with ``impala_throughput.py`` (workers, rounds, the system
+run, report and figure) is in ``throughput_kit.py`` and ``throughput_report.py``.
 """
 
 from __future__ import annotations
@@ -57,65 +56,61 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, _REPO)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import cpu_accounting as accounting  # noqa: E402
 from bench import learner_precision  # noqa: E402
-from bench import seeds as seeds_lib  # noqa: E402
+from bench import throughput_kit as kit  # noqa: E402
+from bench import throughput_report as report_lib  # noqa: E402
 
 ACTOR_EFFICIENCY_BAR = 0.4
 ACTOR_EFFICIENCY_AIM = 0.6
 LEARNER_FEED_TARGET = 0.9
 
+# Part 1's figures in this bench's names (the kit's neutral name -> key), in report order.
+ROUND_KEYS = {"raw_rate": "raw_steps_per_cpu_s", "raw_before_after": "raw_before_after_steps_per_cpu_s",
+              "actor_rates": "actor_steps_per_cpu_s", "efficiency": "efficiency", "wall_rate": "env_steps_per_wall_s"}
+RESULT_KEYS = {"efficiency": "efficiency", "efficiency_per_round": "efficiency_per_round",
+               "actor_rate": "actor_steps_per_cpu_s", "raw_rate": "raw_steps_per_cpu_s",
+               "raw_cpu_us": "raw_env_cpu_us_per_step", "raw_background_us": "raw_background_threads_cpu_us_per_step",
+               "wall_rate": "env_steps_per_wall_s_all_actors"}
+
 
 # ------------------------------------------------------- 1. actor efficiency
 def actor_classes():
-    """Ray-side classes of part 1 (defined here so importing this file stays light)."""
+    """Part 1's Ray-side classes ``(StandInLearner, TimedActorWorker, RawStepper)``, with D4PG's stand-in."""
+    return kit.ray_classes(_stand_in_learner)
+
+
+def _stand_in_learner(base):
+    """D4PG's stand-in learner on the kit's ``base`` (``kit.ray_classes`` calls this)."""
     import numpy as np
 
-    from rlplat.distributed import process
-    from rlplat.distributed import workers
-    from rlplat.distributed.learner_service import WeightServer
+    class StandInLearner(base):
+        """Hosts the Reverb server (builder's table, MinSize limiter so inserts never wait) and publishes weights."""
 
-    class StandInLearner(WeightServer):
-        """What actors see of a learner: the replay address and ever-newer policy weights.
-
-        Hosts the Reverb server (builder's table, MinSize limiter so inserts never wait).
-        """
-
-        def __init__(self, builder, environment_spec, num_actors):
-            process.setup_worker(1, 1, hide_gpus=True)
+        def _start(self, builder, environment_spec, num_actors):
             import reverb  # pylint: disable=g-import-not-at-top
             import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
             from rlplat_agents.d4pg import networks  # pylint: disable=g-import-not-at-top
+            from rlplat.distributed.shared_weights import SharedWeightsWriter  # pylint: disable=g-import-not-at-top
             from rlplat.replay import server as replay_server  # pylint: disable=g-import-not-at-top
 
             (table,) = builder.make_replay_tables(environment_spec, num_actors)
-            table = table.replace(rate_limiter=reverb.rate_limiters.MinSize(1))
-            self._server = replay_server.make_server([table])
-            self._address = f"127.0.0.1:{self._server.port}"
-            self._client = reverb.Client(self._address)
+            server = replay_server.make_server([table.replace(rate_limiter=reverb.rate_limiters.MinSize(1))])
             obs_size = int(np.prod(environment_spec.observations.shape))
             act_size = int(np.prod(environment_spec.actions.shape))
             policy = networks.make_policy_network(act_size, builder.config.policy_layer_sizes)
             policy(tf.zeros((1, obs_size)))
-            self._weights = [np.array(v.numpy()) for v in policy.variables]  # D4PGLearner.get_variables
-            self._version = 0
-            self._pulls = 0
+            self._serve(server, [np.array(v.numpy()) for v in policy.variables])  # D4PGLearner.get_variables
             # Like the real learner, publish versions in shared memory for actors on
             # this host, here at a fixed rate (a CPU learner makes a few per second).
-            from rlplat.distributed.shared_weights import SharedWeightsWriter  # pylint: disable=g-import-not-at-top
-
             self._shared = SharedWeightsWriter(self._weights)
             self._shared.publish(0, self._weights)
             self._publisher = threading.Thread(target=self._publish_forever, daemon=True)
@@ -130,150 +125,23 @@ def actor_classes():
         def shared_weights_info(self):
             return self._shared.info()
 
-        def replay_address(self):
-            return self._address
-
-        def get_variables(self, names):
-            return self._version, {name: self._weights for name in names}
-
-        def get_variables_if_newer(self, names, version):
-            self._version = max(self._version, int(version)) + 1
-            self._pulls += 1
-            return self.get_variables(names)
-
         def stats(self):
-            info = self._client.server_info()
-            return {"pulls": self._pulls, "items": int(sum(t.current_size for t in info.values()))}
+            return {"pulls": self._pulls, "items": self._items()}
 
-    class TimedActorWorker(workers.ActorWorker):
-        """The real ActorWorker; run_steps also reports its thread's CPU time."""
-
-        def run_steps(self, num_steps):
-            self._exec_ident = threading.get_ident()
-            cpu0 = time.thread_time()
-            stats = super().run_steps(num_steps)
-            stats["thread_cpu_s"] = time.thread_time() - cpu0
-            return stats
-
-        def cpu_snapshot(self):
-            ident = getattr(self, "_exec_ident", None)
-            exec_cpu = (time.clock_gettime(time.pthread_getcpuclockid(ident))
-                        if ident is not None else None)
-            return {"process_cpu_s": time.process_time(), "exec_thread_cpu_s": exec_cpu,
-                    "threads": accounting.thread_cpu_table(), "pid": os.getpid(), "time": time.perf_counter()}
-
-    class RawStepper:
-        """Steps the task with precomputed random actions: the per-process limit."""
-
-        def __init__(self, env_name, seed):
-            from rlplat_envs import make_environment  # pylint: disable=g-import-not-at-top
-
-            self._env = make_environment(env_name, seed=seed)
-            spec = self._env.action_spec()
-            self._rng = np.random.default_rng(seed)
-            self._low = np.broadcast_to(spec.minimum, spec.shape).astype(np.float32)
-            self._high = np.broadcast_to(spec.maximum, spec.shape).astype(np.float32)
-            self._timestep = None
-
-        def run(self, num_steps):
-            actions = self._rng.uniform(self._low, self._high,
-                                        (num_steps,) + self._low.shape).astype(np.float32)
-            env, timestep = self._env, self._timestep
-            threads0 = accounting.thread_cpu_table()
-            cpu0, wall0 = time.process_time(), time.perf_counter()
-            main0 = time.thread_time()
-            for i in range(num_steps):
-                if timestep is None or timestep.last():
-                    env.reset()
-                timestep = env.step(actions[i])
-            main = time.thread_time() - main0
-            cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-            self._timestep = timestep
-            background = accounting.thread_diff(threads0, accounting.thread_cpu_table(),
-                                                exclude=threading.get_native_id())
-            return {"steps": num_steps, "cpu_s": cpu, "wall_s": wall, "main_thread_cpu_s": main,
-                    "background_threads": background}
-
-    return StandInLearner, TimedActorWorker, RawStepper
+    return StandInLearner
 
 
 def measure_actors(args, builder, spec, log):
-    import ray
-
-    from rlplat import seeding
-    from rlplat.distributed import cluster, process, workers
-    from rlplat.runners import EnvironmentFactory, RayLayoutConfig
-
-    # The Ray-side classes call the CPU-accounting helpers; ship them by value
-    # (workers need not find bench/ on their path).
-    ray.cloudpickle.register_pickle_by_value(accounting)
-    chunk_steps = RayLayoutConfig().actor_chunk_steps
-    conn = cluster.connect(None)
-    StandInLearner, TimedActorWorker, RawStepper = actor_classes()
-    name = f"bench-learner-{os.getpid()}"
-    learner = workers.remote(StandInLearner, num_cpus=0, max_concurrency=4, name=name,
-                             runtime_env=process.runtime_env("learner")).remote(builder, spec, 2)
-    actor_cls = workers.remote(TimedActorWorker, num_cpus=0, max_restarts=0,
-                               runtime_env=process.runtime_env("actor"))
-    raw_cls = workers.remote(RawStepper, num_cpus=0, runtime_env=process.runtime_env("actor"))
-    actors = [actor_cls.remote(builder, EnvironmentFactory(args.env), i, seeding.actor_seed(args.seed, i), name, None,
-                               envs_per_actor=args.envs_per_actor)
-              for i in range(2)]
-    raws = [raw_cls.remote(args.env, seeding.actor_seed(args.seed, 100 + i)) for i in range(2)]
-    ray.get(learner.replay_address.remote(), timeout=300)
-    ray.get([a.info.remote() for a in actors], timeout=300)
-    # Warm-up: the adder's writer, the first pull, NumPy/MuJoCo caches.
-    ray.get([a.run_steps.remote(chunk_steps) for a in actors] + [r.run.remote(2000) for r in raws])
-    log(f"actors up (real ActorWorker over Ray, stand-in learner hosting Reverb with MinSize); "
-        f"{args.actor_rounds} rounds")
-
-    rounds = {1: [], 2: []}
-    for r in range(args.actor_rounds):
-        for k in (1, 2):
-            before, windows, after = accounting.window_between_raw_blocks(
-                ray, actors[:k], raws, chunk_steps, args.actor_chunks, args.raw_steps)
-            raw = before + after
-            raw_rate = accounting.steps_per_cpu_s(raw)
-            rates = [w["steps"] / w["process_cpu_s"] for w in windows]
-            rounds[k].append({
-                "raw_steps_per_cpu_s": raw_rate, "raw": raw,
-                "raw_before_after_steps_per_cpu_s": [
-                    round(accounting.steps_per_cpu_s(half), 1) for half in (before, after)],
-                "actor_steps_per_cpu_s": rates,
-                "efficiency": statistics.mean(rates) / raw_rate,
-                "env_steps_per_wall_s": sum(w["steps"] for w in windows) / max(
-                    w["window_wall_s"] for w in windows),
-                "windows": windows,
-            })
-        log(f"  round {r + 1}: efficiency 1 actor {rounds[1][-1]['efficiency']:.3f}, "
-            f"2 actors {rounds[2][-1]['efficiency']:.3f}")
-    replay = ray.get(learner.stats.remote())
-    total_steps = 2 * chunk_steps + sum(w["steps"] for rs in rounds.values() for x in rs for w in x["windows"])
-    for handle in actors + raws + [learner]:
-        ray.kill(handle, no_restart=True)
-
-    results = {}
-    for k, rs in rounds.items():
-        windows = [w for x in rs for w in x["windows"]]
-        raw_rate = accounting.median([x["raw_steps_per_cpu_s"] for x in rs])
-        bd = accounting.breakdown_us(windows)
-        raw_items = [item for x in rs for item in x["raw"]]
-        raw_steps = sum(item["steps"] for item in raw_items)
-        raw_bg_cpu = sum(max(0.0, item["cpu_s"] - item["main_thread_cpu_s"]) for item in raw_items)
-        results[str(k)] = {
-            "num_actors": k,
-            "efficiency": accounting.median([x["efficiency"] for x in rs]),
-            "efficiency_per_round": [round(x["efficiency"], 4) for x in rs],
-            "actor_steps_per_cpu_s": accounting.median([statistics.mean(x["actor_steps_per_cpu_s"]) for x in rs]),
-            "raw_steps_per_cpu_s": raw_rate,
-            "raw_env_cpu_us_per_step": 1e6 / raw_rate,
-            # Background threads of a Ray process that steps the env but has no Reverb writer:
-            # what Ray's own threads cost while the main thread is busy.
-            "raw_background_threads_cpu_us_per_step": round(1e6 * raw_bg_cpu / raw_steps, 2),
-            "env_steps_per_wall_s_all_actors": accounting.median([x["env_steps_per_wall_s"] for x in rs]),
-            **bd,
-        }
-    cluster.disconnect(conn)  # part 3's run_on_ray starts its own Ray, as `rlplat train` does
+    """Part 1: efficiency of 1 and 2 real actors against raw stepping, and where an actor step's CPU goes."""
+    run = kit.run_actor_rounds(
+        args, builder, spec, actor_classes(), name=f"bench-learner-{os.getpid()}", warmup_chunks=1,
+        warmup_raw_steps=2000, log=log,
+        up_text="actors up (real ActorWorker over Ray, stand-in learner hosting Reverb with MinSize)",
+        round_text=lambda rounds: (f"efficiency 1 actor {rounds[1][-1]['efficiency']:.3f}, "
+                                   f"2 actors {rounds[2][-1]['efficiency']:.3f}"))
+    # Each actor's one warm-up chunk, then every window's steps.
+    total_steps = kit.NUM_ACTORS * run.chunk_steps + sum(
+        w["steps"] for rs in run.rounds.values() for x in rs for w in x["windows"])
     return {
         "method": ("real rlplat.distributed.workers.ActorWorker (subclass only adds a thread-CPU "
                    "reading around run_steps) in Ray processes with runtime_env('actor') and TF "
@@ -284,29 +152,26 @@ def measure_actors(args, builder, spec, log):
                    "Reverb server (MinSize limiter) in that stand-in learner's process. Efficiency = "
                    "(env steps / actor process CPU-s) / (random-action env steps / CPU-s of a process "
                    "with the same settings), raw blocks run just before and just after each actor block "
-                   "(their mean) with as many raw processes in parallel as actors; median over rounds." % chunk_steps),
-        "chunk_steps": chunk_steps,
+                   "(their mean) with as many raw processes in parallel as actors; median over rounds."
+                   % run.chunk_steps),
+        "chunk_steps": run.chunk_steps,
         "chunks_per_window": args.actor_chunks,
         "raw_steps_per_block": args.raw_steps,
         "rounds": args.actor_rounds,
         "variable_update_period": builder.config.variable_update_period,
-        "replay_items_at_end": replay["items"],
-        "weight_pulls_served": replay["pulls"],
+        "replay_items_at_end": run.stand_in_stats["items"],
+        "weight_pulls_served": run.stand_in_stats["pulls"],
         "actor_steps_run": total_steps,
-        "weight_pulls_per_1000_actor_steps": round(1000.0 * replay["pulls"] / total_steps, 3),
-        "results": results,
-        "per_round": {str(k): [{key: v for key, v in x.items() if key not in ("windows", "raw")}
-                               for x in rs] for k, rs in rounds.items()},
+        "weight_pulls_per_1000_actor_steps": round(1000.0 * run.stand_in_stats["pulls"] / total_steps, 3),
+        "results": kit.actor_results(run.rounds, RESULT_KEYS),
+        "per_round": kit.per_round(run.rounds, ROUND_KEYS),
     }
 
 
 # ---------------------------------------------------------------- 2. learner
 def learner_child(args):
     """Runs one learner (``--learner-kind``) alone in this process, with the layout's learner settings."""
-    threads = tuple(int(x) for x in args.learner_threads.split(","))
-    from rlplat.distributed import process
-
-    process.setup_worker(threads[0], threads[1], hide_gpus=True, num_cpu_replicas=1)
+    kit.learner_child_threads(args)
     import dm_env
     import numpy as np
     import reverb
@@ -325,7 +190,7 @@ def learner_child(args):
     cfg = builder.config
     with make_environment(args.env, seed=args.seed) as env:
         spec = specs.make_environment_spec(env)
-    (table,) = builder.make_replay_tables(spec, 2)
+    (table,) = builder.make_replay_tables(spec, kit.NUM_ACTORS)
     # MinSize: the learner must never wait for inserts here; we measure the feed, not the ratio.
     table = table.replace(rate_limiter=reverb.rate_limiters.MinSize(cfg.min_replay_size))
     server = replay_server.make_server([table])
@@ -361,17 +226,9 @@ def learner_child(args):
         learner = D4PGLearner(cfg, spec, repl, repl.distribute(tf.data.Dataset.from_tensors(batch).repeat()),
                               steps_per_call=builder.steps_per_call, jit_compile=builder.jit_compile)
 
-    def block(steps):
-        n0 = learner.num_steps
-        cpu0, wall0 = time.process_time(), time.perf_counter()
-        while learner.num_steps - n0 < steps:
-            learner.step()
-        n = learner.num_steps - n0
-        return {"steps": n, "wall_s": time.perf_counter() - wall0, "cpu_s": time.process_time() - cpu0}
-
-    block(2 * builder.steps_per_call)  # trace
-    block(args.learner_warmup_steps)
-    blocks = [block(args.learner_block_steps) for _ in range(args.learner_blocks)]
+    kit.timed_block(learner, 2 * builder.steps_per_call)  # trace
+    kit.timed_block(learner, args.learner_warmup_steps)
+    blocks = [kit.timed_block(learner, args.learner_block_steps) for _ in range(args.learner_blocks)]
     out = {"kind": args.learner_kind, "replay_items": written, "fill_seconds": round(fill_s, 2),
            "blocks": blocks}
     if args.learner_kind == "reverb":
@@ -392,6 +249,7 @@ def learner_child(args):
 
 
 def measure_learner(args, builder, plan, log):
+    """Part 2: Reverb-fed against memory-fed learner steps/s, each run a child process of its own, A B B A."""
     from rlplat.distributed import process
 
     def rate(block):
@@ -402,20 +260,19 @@ def measure_learner(args, builder, plan, log):
     log(f"learner processes: TF threads {threads[0]}/{threads[1]} (the layout's plan), {args.learner_rounds} "
         f"pairs of runs (one learner per process), {args.learner_blocks} blocks of "
         f"{args.learner_block_steps} steps each after {args.learner_warmup_steps} untimed")
+
+    def command(kind):
+        return lambda path: [
+            sys.executable, os.path.abspath(__file__), "--learner-child", path, "--learner-kind", kind,
+            "--learner-threads", f"{threads[0]},{threads[1]}", "--env", args.env,
+            "--seed", str(args.seed), "--learner-blocks", str(args.learner_blocks),
+            "--learner-block-steps", str(args.learner_block_steps),
+            "--learner-warmup-steps", str(args.learner_warmup_steps), "--fill-items", str(args.fill_items)]
+
     runs = {"reverb": [], "memory": []}
     for r in range(args.learner_rounds):
         for kind in (("reverb", "memory") if r % 2 == 0 else ("memory", "reverb")):  # A B B A: drift cancels
-            with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-                path = f.name
-            cmd = [sys.executable, os.path.abspath(__file__), "--learner-child", path, "--learner-kind", kind,
-                   "--learner-threads", f"{threads[0]},{threads[1]}", "--env", args.env,
-                   "--seed", str(args.seed), "--learner-blocks", str(args.learner_blocks),
-                   "--learner-block-steps", str(args.learner_block_steps),
-                   "--learner-warmup-steps", str(args.learner_warmup_steps), "--fill-items", str(args.fill_items)]
-            subprocess.run(cmd, env=env, check=True)
-            with open(path) as f:
-                runs[kind].append(json.load(f))
-            os.unlink(path)
+            runs[kind].append(kit.run_child(command(kind), env))
             log(f"  pair {r + 1}, {kind}-fed: "
                 + ", ".join(f"{rate(b):.1f}" for b in runs[kind][-1]["blocks"]) + " steps/s")
 
@@ -423,10 +280,6 @@ def measure_learner(args, builder, plan, log):
         return accounting.median([rate(b) for b in run["blocks"]])
 
     blocks = {kind: [b for run in runs[kind] for b in run["blocks"]] for kind in runs}
-
-    def per_step(kind, key):
-        return accounting.median([1e3 * b[key] / b["steps"] for b in blocks[kind]])
-
     ratios = [run_rate(a) / run_rate(b) for a, b in zip(runs["reverb"], runs["memory"])]
     out = {
         "threads_intra_inter": list(threads),
@@ -442,13 +295,7 @@ def measure_learner(args, builder, plan, log):
         "memory_steps_per_s": accounting.median([rate(b) for b in blocks["memory"]]),
         "ratio": accounting.median(ratios),
         "ratio_per_round": [round(x, 4) for x in ratios],
-        "reverb_cpu_ms_per_step": per_step("reverb", "cpu_s"),
-        "memory_cpu_ms_per_step": per_step("memory", "cpu_s"),
-        "reverb_wall_ms_per_step": per_step("reverb", "wall_s"),
-        "memory_wall_ms_per_step": per_step("memory", "wall_s"),
-        # Cores the learner process keeps busy (process CPU / wall) in each mode.
-        "reverb_cores_used": accounting.median([b["cpu_s"] / b["wall_s"] for b in blocks["reverb"]]),
-        "memory_cores_used": accounting.median([b["cpu_s"] / b["wall_s"] for b in blocks["memory"]]),
+        **kit.per_step_figures(blocks),
         "sampling_only_cpu_ms_per_batch": accounting.median(
             [run["sampling_only_cpu_ms_per_batch"] for run in runs["reverb"]]),
         "sampling_only_wall_ms_per_batch": accounting.median(
@@ -467,200 +314,6 @@ def measure_learner(args, builder, plan, log):
     return out
 
 
-def measure_system(args, builder, learner_memory_steps_per_s, learner_reverb_steps_per_s, log):
-    from rlplat.runners import Experiment, RayLayoutConfig, run_on_ray
-
-    cfg = builder.config
-    logdir = tempfile.mkdtemp(prefix="d4pg_throughput_")
-    log(f"run_on_ray: 2 actors, {args.max_actor_steps:,} actor steps, no evaluations until the "
-        f"final one, logdir {logdir}")
-    sampler = accounting.CpuSampler().start()
-    started = time.time()
-    try:
-        experiment = Experiment(builder, args.env, num_actors=2, max_actor_steps=args.max_actor_steps,
-                                logdir=logdir, seed=args.seed, eval_every_actor_steps=0, checkpoint_every_s=3600.0)
-        summary = run_on_ray(experiment, RayLayoutConfig(console=False))
-    finally:
-        sampler.stop()
-    wall = time.time() - started
-
-    actor, learner = [], []
-    with open(os.path.join(logdir, "metrics.jsonl")) as f:
-        for line in f:
-            rec = json.loads(line)
-            if rec.get("role") == "actor":
-                actor.append(rec)
-            elif rec.get("role") == "learner":
-                learner.append(rec)
-    first_step = args.steady_from * args.max_actor_steps
-    window = [r for r in actor if first_step <= r["step"] <= args.max_actor_steps]
-    t0, t1 = window[0]["wall_time"], window[-1]["wall_time"]
-    env_rate = accounting.slope([(r["wall_time"], r["step"]) for r in window])
-    lwin = [r for r in learner if t0 <= r["wall_time"] <= t1]
-    learn_rate = accounting.slope([(r["wall_time"], r["step"]) for r in lwin])
-    spi_recent = [r["samples_per_insert_recent"] for r in lwin
-                  if isinstance(r.get("samples_per_insert_recent"), (int, float))]
-    limit = learner_memory_steps_per_s * cfg.global_batch_size / cfg.samples_per_insert
-    cpu = sampler.between(t0, t1)
-    env_per_learner = cfg.global_batch_size / cfg.samples_per_insert
-    factors = None
-    if env_rate and learn_rate and learner_reverb_steps_per_s:
-        # ratio = feed x sharing x pacing, each measured on its own:
-        factors = {
-            "feed": learner_reverb_steps_per_s / learner_memory_steps_per_s,
-            "sharing": learn_rate / learner_reverb_steps_per_s,
-            "pacing": env_rate / learn_rate / env_per_learner,
-            "explained": ("feed = Reverb-fed / memory-fed learner alone (part 2); sharing = learner "
-                          "steps/s in the pipeline / Reverb-fed learner alone (what actors, inserts "
-                          "and Ray take from its cores); pacing = measured env steps per learner step "
-                          f"/ {env_per_learner:g} (the rate limiter's slack). ratio = feed x sharing x "
-                          "pacing."),
-        }
-    out = {
-        "method": ("run_on_ray(D4PGBuilder(D4PGConfig()), 2 actors, local Ray, replay inside the "
-                   "learner) as `rlplat train d4pg` runs it; steady-state env steps/s = least-squares "
-                   "slope of actor_steps over wall time of the actor records in metrics.jsonl from "
-                   f"{args.steady_from:.0%} of max_actor_steps on (warm-up, learner tracing and the "
-                   "replay fill excluded); limit = memory-fed learner steps/s (part 2) x "
-                   "global_batch_size / samples_per_insert. CPU per role sampled from /proc over the "
-                   "same window."),
-        "max_actor_steps": args.max_actor_steps,
-        "samples_per_insert": cfg.samples_per_insert,
-        "min_replay_size": cfg.min_replay_size,
-        "env_steps_per_learner_step": env_per_learner,
-        "env_steps_per_learner_step_measured": env_rate / learn_rate if env_rate and learn_rate else None,
-        "ratio_factors": factors,
-        "steady_window": {"from_actor_step": window[0]["step"], "to_actor_step": window[-1]["step"],
-                          "seconds": round(t1 - t0, 1), "actor_records": len(window)},
-        "env_steps_per_s": env_rate,
-        "learner_steps_per_s": learn_rate,
-        "learner_limit_steps_per_s": learner_memory_steps_per_s,
-        "env_steps_per_s_limit": limit,
-        "ratio": env_rate / limit if env_rate and limit else None,
-        "learner_ratio_vs_memory_fed": learn_rate / learner_memory_steps_per_s if learn_rate else None,
-        "samples_per_insert_measured_recent": accounting.median(spi_recent),
-        "cpu_in_window": cpu,
-        "summary": {k: v for k, v in summary.items() if isinstance(v, (int, float, str, type(None)))},
-        "total_wall_seconds": round(wall, 1),
-        "logdir": logdir,
-    }
-    return out
-
-
-# ------------------------------------------------------------------ report
-def _where_actor(res):
-    bd = res["per_step_us"]
-    total = res["total_cpu_us_per_step"]
-    raw = res["raw_env_cpu_us_per_step"]
-    parts = sorted(bd.items(), key=lambda x: -x[1])
-    text = ", ".join(f"{accounting.PART_LABELS[k]} {v:.0f} us ({100 * v / total:.0f}%)" for k, v in parts if v > 0.5)
-    return (f"{res['num_actors']} actor(s): {total:.0f} CPU-us per step against {raw:.0f} us for a raw "
-            f"random-action step; {text}. Everything but the env step is overhead: "
-            f"{total - bd['env']:.0f} us/step; and the env step itself costs {bd['env'] - raw:+.0f} us more "
-            "inside the loop than in a bare stepping loop (likely cache pressure: the policy's ~0.5 MB "
-            "of weights and the adder run between two physics steps; not itemised).")
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env", default="cartpole:swingup")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--actor-rounds", type=int, default=5)
-    parser.add_argument("--actor-chunks", type=int, default=6, help="run_steps chunks per actor window")
-    parser.add_argument("--raw-steps", type=int, default=5000, help="random-action steps per raw block")
-    parser.add_argument("--learner-rounds", type=int, default=8,
-                        help="pairs of learner runs (Reverb-fed, memory-fed), each in its own process")
-    parser.add_argument("--learner-blocks", type=int, default=4, help="timed blocks per learner run")
-    parser.add_argument("--learner-block-steps", type=int, default=300)
-    parser.add_argument("--learner-warmup-steps", type=int, default=240,
-                        help="untimed learner steps per run after tracing")
-    parser.add_argument("--fill-items", type=int, default=20_000)
-    parser.add_argument("--max-actor-steps", type=int, default=40_000)
-    parser.add_argument("--steady-from", type=float, default=0.25,
-                        help="fraction of max_actor_steps before which the system run is warm-up")
-    parser.add_argument("--parts", default="actor,learner,precision,system")
-    parser.add_argument("--precision-rounds", type=int, default=4,
-                        help="rounds of one fp32 and one bf16 memory-fed learner (part 2b)")
-    parser.add_argument("--envs-per-actor", type=int, default=1,
-                        help="environments per actor process in the actor part (--envs-per-actor)")
-    parser.add_argument("--name", default="d4pg_throughput", help="output file stem")
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
-    parser.add_argument("--memory-steps-per-s", type=float, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--learner-child", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--learner-threads", default="1,2", help=argparse.SUPPRESS)
-    parser.add_argument("--learner-kind", choices=("reverb", "memory"), default="reverb", help=argparse.SUPPRESS)
-    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.learner_child:
-        return learner_child(args)
-
-    started = time.time()
-
-    def log(msg):
-        print(f"[{time.time() - started:6.1f}s] {msg}", flush=True)
-
-    from rlplat_agents.d4pg.builder import D4PGBuilder
-    from rlplat_agents.d4pg.config import D4PGConfig
-    from rlplat_envs import make_environment
-    from rlplat import specs
-    from rlplat.distributed import resources
-
-    parts = set(args.parts.split(","))
-    builder = D4PGBuilder(config=D4PGConfig())
-    with make_environment(args.env, seed=args.seed) as env:
-        spec = specs.make_environment_spec(env)
-    cpus = os.cpu_count()
-    plan = resources.plan_resources(cpus, 0, 2, None)
-    report = {
-        "benchmark": "d4pg_throughput",
-        "env": args.env,
-        "command": "python " + " ".join([os.path.relpath(os.path.abspath(__file__), _REPO)] + sys.argv[1:]),
-        "cpus": cpus,
-        "machine": seeds_lib.machine(),  # the CPU model: figures depend on it
-        "placement": plan.describe(),
-        "config": builder.config.to_dict(),
-        "envs_per_actor": args.envs_per_actor,
-        "builder": {"steps_per_call": builder.steps_per_call,
-                    "variable_update_period": builder.config.variable_update_period,
-                    "jit_compile": builder.jit_compile, "sigma_schedule": builder.sigma_schedule},
-        "load_average": {"start": accounting.load_average()},
-        "seconds": {},
-    }
-    if "actor" in parts:
-        mark = time.time()
-        report["actor"] = measure_actors(args, builder, spec, log)
-        report["seconds"]["actor"] = round(time.time() - mark, 1)
-        report["load_average"]["after_actor"] = accounting.load_average()
-    if "learner" in parts:
-        mark = time.time()
-        report["learner"] = measure_learner(args, builder, plan, log)
-        report["seconds"]["learner"] = round(time.time() - mark, 1)
-        report["load_average"]["after_learner"] = accounting.load_average()
-    if "precision" in parts:
-        mark = time.time()
-        report["precision"] = _measure_precision(args, plan, log)
-        report["seconds"]["precision"] = round(time.time() - mark, 1)
-        report["load_average"]["after_precision"] = accounting.load_average()
-    if "system" in parts:
-        mem = report.get("learner", {}).get("memory_steps_per_s") or args.memory_steps_per_s
-        if mem is None:
-            raise SystemExit("--parts system needs the learner part (its memory-fed rate is the limit)")
-        mark = time.time()
-        report["system"] = measure_system(args, builder, mem, report.get("learner", {}).get("reverb_steps_per_s"),
-                                          log)
-        report["seconds"]["system"] = round(time.time() - mark, 1)
-        report["load_average"]["after_system"] = accounting.load_average()
-    report["seconds"]["total"] = round(time.time() - started, 1)
-
-    _targets(report)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, f"{args.name}.json"), "w") as f:
-        json.dump(report, f, indent=2)
-    _plot(report, os.path.join(args.out, f"{args.name}.png"))
-    _print_summary(report)
-    return report
-
-
 def _measure_precision(args, plan, log):
     """Part 2b: the learner child (memory-fed) in fp32 and bf16, alternating (``learner_precision``)."""
     from rlplat.distributed import process
@@ -677,6 +330,71 @@ def _measure_precision(args, plan, log):
 
     return learner_precision.measure(args, threads, command,
                                      process.subprocess_env("learner", cpu_only=True, threads=threads[0]), log)
+
+
+# ----------------------------------------------------------------- 3. system
+def measure_system(args, builder, learner_memory_steps_per_s, learner_reverb_steps_per_s, log):
+    """Part 3: steady env steps/s of ``run_on_ray`` against the memory-fed learner's bound, and why it falls short."""
+    cfg = builder.config
+    run = kit.run_system(args, builder, log, prefix="d4pg_throughput_", evaluations="no evaluations until the "
+                         "final one")
+    env_rate, learn_rate = run.env_rate, run.learn_rate
+    spi_recent = [r["samples_per_insert_recent"] for r in run.learner_window
+                  if isinstance(r.get("samples_per_insert_recent"), (int, float))]
+    limit = learner_memory_steps_per_s * cfg.global_batch_size / cfg.samples_per_insert
+    env_per_learner = cfg.global_batch_size / cfg.samples_per_insert
+    factors = None
+    if env_rate and learn_rate and learner_reverb_steps_per_s:
+        # ratio = feed x sharing x pacing, each measured on its own:
+        factors = {
+            "feed": learner_reverb_steps_per_s / learner_memory_steps_per_s,
+            "sharing": learn_rate / learner_reverb_steps_per_s,
+            "pacing": env_rate / learn_rate / env_per_learner,
+            "explained": ("feed = Reverb-fed / memory-fed learner alone (part 2); sharing = learner "
+                          "steps/s in the pipeline / Reverb-fed learner alone (what actors, inserts "
+                          "and Ray take from its cores); pacing = measured env steps per learner step "
+                          f"/ {env_per_learner:g} (the rate limiter's slack). ratio = feed x sharing x "
+                          "pacing."),
+        }
+    return {
+        "method": ("run_on_ray(D4PGBuilder(D4PGConfig()), 2 actors, local Ray, replay inside the "
+                   "learner) as `rlplat train d4pg` runs it; steady-state env steps/s = least-squares "
+                   "slope of actor_steps over wall time of the actor records in metrics.jsonl from "
+                   f"{args.steady_from:.0%} of max_actor_steps on (warm-up, learner tracing and the "
+                   "replay fill excluded); limit = memory-fed learner steps/s (part 2) x "
+                   "global_batch_size / samples_per_insert. CPU per role sampled from /proc over the "
+                   "same window."),
+        "max_actor_steps": args.max_actor_steps,
+        "samples_per_insert": cfg.samples_per_insert,
+        "min_replay_size": cfg.min_replay_size,
+        "env_steps_per_learner_step": env_per_learner,
+        "env_steps_per_learner_step_measured": env_rate / learn_rate if env_rate and learn_rate else None,
+        "ratio_factors": factors,
+        "steady_window": run.steady_window(),
+        "env_steps_per_s": env_rate,
+        "learner_steps_per_s": learn_rate,
+        "learner_limit_steps_per_s": learner_memory_steps_per_s,
+        "env_steps_per_s_limit": limit,
+        "ratio": env_rate / limit if env_rate and limit else None,
+        "learner_ratio_vs_memory_fed": learn_rate / learner_memory_steps_per_s if learn_rate else None,
+        "samples_per_insert_measured_recent": accounting.median(spi_recent),
+        "cpu_in_window": run.cpu_in_window(),
+        **run.tail(),
+    }
+
+
+# ------------------------------------------------------------------ report
+def _where_actor(res):
+    bd = res["per_step_us"]
+    total = res["total_cpu_us_per_step"]
+    raw = res["raw_env_cpu_us_per_step"]
+    parts = sorted(bd.items(), key=lambda x: -x[1])
+    text = ", ".join(f"{accounting.PART_LABELS[k]} {v:.0f} us ({100 * v / total:.0f}%)" for k, v in parts if v > 0.5)
+    return (f"{res['num_actors']} actor(s): {total:.0f} CPU-us per step against {raw:.0f} us for a raw "
+            f"random-action step; {text}. Everything but the env step is overhead: "
+            f"{total - bd['env']:.0f} us/step; and the env step itself costs {bd['env'] - raw:+.0f} us more "
+            "inside the loop than in a bare stepping loop (likely cache pressure: the policy's ~0.5 MB "
+            "of weights and the adder run between two physics steps; not itemised).")
 
 
 def _targets(report):
@@ -731,7 +449,7 @@ def _targets(report):
                 f"{sy['env_steps_per_learner_step']:g} per learner step (measured "
                 f"{sy['env_steps_per_learner_step_measured'] or float('nan'):.2f}; samples/insert "
                 f"{sy['samples_per_insert_measured_recent'] or float('nan'):.1f}). CPU in the steady window (cores of "
-                f"{report['cpus']}; {busy} busy): " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
+                f"{report['cpus']}; {busy} busy): " + report_lib.cores_text(cpu)
                 + ". The learner loses what the actors, Reverb sampling/inserts and Ray take from the "
                 "same cores.")
             f = sy.get("ratio_factors")
@@ -745,9 +463,9 @@ def _targets(report):
     report["where_time_goes"] = where
 
 
+
 def _print_summary(report):
-    print("\n== D4PG throughput (%s, %d CPUs, load %s) ==" % (report["env"], report["cpus"],
-                                                            report["load_average"]["start"]))
+    print(report_lib.headline("D4PG", report))
     if "actor" in report:
         for k, res in report["actor"]["results"].items():
             bd = res["per_step_us"]
@@ -773,12 +491,7 @@ def _print_summary(report):
 
 
 def _plot(report, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = 3 if "precision" in report else 2
-    fig, axes = plt.subplots(rows, 2, figsize=(13, 4.5 * rows))
+    plt, fig, axes = report_lib.figure(3 if "precision" in report else 2, 4.5)
     (ax_eff, ax_bd), (ax_ln, ax_sys) = axes[:2]
     if "precision" in report:
         learner_precision.plot(axes[2][0], report["precision"])
@@ -799,57 +512,92 @@ def _plot(report, path):
         ax_eff.set_title("Actor efficiency (median of rounds; range)", fontsize=10)
         ax_eff.legend(fontsize=8)
 
-        labels = [f"{k} actor{'s' if k != '1' else ''}" for k in keys] + ["raw env"]
-        bottom = [0.0] * len(labels)
-        colors = plt.get_cmap("tab10").colors
-        for i, part in enumerate(accounting.PARTS):
-            values = [res[k]["per_step_us"][part] for k in keys] + [0.0]
-            if part == "env":
-                values[-1] = res[keys[0]]["raw_env_cpu_us_per_step"]
-            ax_bd.bar(labels, values, bottom=bottom, label=accounting.PART_LABELS[part], color=colors[i % 10])
-            bottom = [b + v for b, v in zip(bottom, values)]
-        for x, total in enumerate(bottom):
-            ax_bd.text(x, total, f"{total:.0f}", ha="center", va="bottom", fontsize=8)
-        ax_bd.set_ylim(0, 1.55 * max(bottom))
-        ax_bd.set_ylabel("CPU us per env step")
-        ax_bd.set_title("Where an actor step's CPU goes", fontsize=10)
-        ax_bd.legend(fontsize=7, loc="upper right")
+        report_lib.plot_cpu_breakdown(plt, ax_bd, res, unit="step", raw_key="raw_env_cpu_us_per_step", headroom=1.55)
     if "learner" in report:
         ln = report["learner"]
-        bars = ax_ln.bar(["from Reverb\n(input_fn)", "from memory\n(one batch)"],
-                         [ln["reverb_steps_per_s"], ln["memory_steps_per_s"]], color=["tab:orange", "tab:gray"])
-        ax_ln.bar_label(bars, fmt="%.1f")
+        report_lib.bar_panel(
+            ax_ln, ["from Reverb\n(input_fn)", "from memory\n(one batch)"],
+            [ln["reverb_steps_per_s"], ln["memory_steps_per_s"]], ["tab:orange", "tab:gray"], fmt="%.1f",
+            top=1.25 * ln["memory_steps_per_s"], ylabel="learner steps / s (median of blocks)",
+            title=(f"Learner feed: ratio {ln['ratio']:.3f} (target {LEARNER_FEED_TARGET}); steps_per_call "
+                   f"{ln['steps_per_call']}, TF threads {ln['threads_intra_inter'][0]}/{ln['threads_intra_inter'][1]}"))
         ax_ln.axhline(LEARNER_FEED_TARGET * ln["memory_steps_per_s"], color="tab:green", ls="--", lw=1,
                       label=f"target: {LEARNER_FEED_TARGET:g} x memory-fed")
-        ax_ln.set_ylim(0, 1.25 * ln["memory_steps_per_s"])
         ax_ln.legend(fontsize=8, loc="upper left")
-        ax_ln.set_ylabel("learner steps / s (median of blocks)")
-        ax_ln.set_title(f"Learner feed: ratio {ln['ratio']:.3f} (target {LEARNER_FEED_TARGET}); "
-                        f"steps_per_call {ln['steps_per_call']}, TF threads "
-                        f"{ln['threads_intra_inter'][0]}/{ln['threads_intra_inter'][1]}", fontsize=10)
     if "system" in report:
         sy = report["system"]
-        bars = ax_sys.bar(["run_on_ray\n(steady state)", "learner-bound\nlimit"],
-                          [sy["env_steps_per_s"], sy["env_steps_per_s_limit"]], color=["tab:purple", "tab:gray"])
-        ax_sys.bar_label(bars, fmt="%.0f")
-        ax_sys.set_ylim(0, 1.3 * max(sy["env_steps_per_s"], sy["env_steps_per_s_limit"]))
-        ax_sys.set_ylabel("env steps / s")
-        ax_sys.set_title(f"System, 2 actors, samples/insert {sy['samples_per_insert']:g}: ratio "
-                         f"{sy['ratio']:.3f}", fontsize=10)
+        report_lib.bar_panel(
+            ax_sys, ["run_on_ray\n(steady state)", "learner-bound\nlimit"],
+            [sy["env_steps_per_s"], sy["env_steps_per_s_limit"]], ["tab:purple", "tab:gray"], fmt="%.0f",
+            top=1.3 * max(sy["env_steps_per_s"], sy["env_steps_per_s_limit"]), ylabel="env steps / s",
+            title=f"System, 2 actors, samples/insert {sy['samples_per_insert']:g}: ratio {sy['ratio']:.3f}")
         cpu = (sy.get("cpu_in_window") or {}).get("cores_by_role")
         lines = [f"learner {sy['learner_steps_per_s'] or float('nan'):.1f} steps/s in the pipeline, "
                  f"{sy['learner_limit_steps_per_s']:.1f} alone from memory"]
         if cpu:
-            lines.append("cores used: " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items() if v >= 0.01))
+            lines.append("cores used: " + report_lib.cores_text(cpu, at_least=0.01))
         f = sy.get("ratio_factors")
         if f:
             lines.append(f"ratio = feed {f['feed']:.2f} x sharing {f['sharing']:.2f} x pacing {f['pacing']:.2f}")
         ax_sys.text(0.02, 0.97, "\n".join(lines), transform=ax_sys.transAxes, fontsize=7.5, va="top")
-    fig.suptitle(f"D4PG throughput, {report['env']}, {report['cpus']} CPUs (load {report['load_average']['start']})",
-                 fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    report_lib.save_figure(plt, fig, "D4PG", report, path)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    report_lib.add_actor_arguments(parser, env="cartpole:swingup", actor_chunks=6, raw_steps=5000)
+    parser.add_argument("--learner-rounds", type=int, default=8,
+                        help="pairs of learner runs (Reverb-fed, memory-fed), each in its own process")
+    parser.add_argument("--learner-blocks", type=int, default=4, help="timed blocks per learner run")
+    parser.add_argument("--learner-block-steps", type=int, default=300)
+    parser.add_argument("--learner-warmup-steps", type=int, default=240,
+                        help="untimed learner steps per run after tracing")
+    parser.add_argument("--fill-items", type=int, default=20_000)
+    parser.add_argument("--precision-rounds", type=int, default=4,
+                        help="rounds of one fp32 and one bf16 memory-fed learner (part 2b)")
+    report_lib.add_run_arguments(parser, max_actor_steps=40_000, parts="actor,learner,precision,system",
+                          name="d4pg_throughput")
+    parser.add_argument("--memory-steps-per-s", type=float, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--learner-kind", choices=("reverb", "memory"), default="reverb", help=argparse.SUPPRESS)
+    parser.add_argument("--precision", choices=("fp32", "bf16"), default="fp32", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.learner_child:
+        return learner_child(args)
+
+    started = time.time()
+    log = report_lib.logger(started)
+
+    from rlplat_agents.d4pg.builder import D4PGBuilder
+    from rlplat_agents.d4pg.config import D4PGConfig
+    from rlplat_envs import make_environment
+    from rlplat import specs
+    from rlplat.distributed import resources
+
+    parts = set(args.parts.split(","))
+    builder = D4PGBuilder(config=D4PGConfig())
+    with make_environment(args.env, seed=args.seed) as env:
+        spec = specs.make_environment_spec(env)
+    plan = resources.plan_resources(os.cpu_count(), 0, kit.NUM_ACTORS, None)
+    report = report_lib.new_report(
+        "d4pg_throughput", __file__, args, placement=plan.describe(), config=builder.config.to_dict(),
+        envs_per_actor=args.envs_per_actor,
+        builder={"steps_per_call": builder.steps_per_call,
+                 "variable_update_period": builder.config.variable_update_period,
+                 "jit_compile": builder.jit_compile, "sigma_schedule": builder.sigma_schedule})
+
+    def system():
+        mem = report.get("learner", {}).get("memory_steps_per_s") or args.memory_steps_per_s
+        if mem is None:
+            raise SystemExit("--parts system needs the learner part (its memory-fed rate is the limit)")
+        return measure_system(args, builder, mem, report.get("learner", {}).get("reverb_steps_per_s"), log)
+
+    report_lib.run_parts(report, parts, [("actor", lambda: measure_actors(args, builder, spec, log)),
+                                  ("learner", lambda: measure_learner(args, builder, plan, log)),
+                                  ("precision", lambda: _measure_precision(args, plan, log)),
+                                  ("system", system)])
+    report["seconds"]["total"] = round(time.time() - started, 1)
+    _targets(report)
+    return report_lib.write_outputs(report, args, _plot, _print_summary)
 
 
 if __name__ == "__main__":

@@ -127,16 +127,9 @@ def run_one(settings, variant, seed):
                             checkpoint_every_s=3600.0)
     summary = run_on_ray(experiment, RayLayoutConfig(console=False))
     wall_s = time.time() - start
-    curve, lags = [], []
-    with open(os.path.join(logdir, "metrics.jsonl")) as f:
-        for line in f:
-            record = json.loads(line)
-            if record.get("role") == "evaluator":
-                curve.append({"seconds": record["wall_time"] - start, "actor_steps": record["step"],
-                              "learner_steps": record.get("learner_steps"),
-                              "eval_return": record["eval_return"]})
-            elif record.get("role") == "learner" and "policy_lag_mean" in record:
-                lags.append(record["policy_lag_mean"])
+    records = seeds_lib.read_metrics(logdir)
+    curve = seeds_lib.eval_curve(records, start)
+    lags = [r["policy_lag_mean"] for r in records if r.get("role") == "learner" and "policy_lag_mean" in r]
     hit = seeds_lib.first_reaching(curve, target)
     best = max((p["eval_return"] for p in curve), default=None)
     print(f"[{BENCH}/{slug(env)}-{variant}] seed {seed}: "
@@ -149,7 +142,7 @@ def run_one(settings, variant, seed):
             "mean_policy_lag": sum(lags) / len(lags) if lags else None,
             "random_policy_return": None if env.startswith("gym:") else random_return(env, 5, seed),
             "load_average_end": [round(x, 2) for x in os.getloadavg()],
-            "summary": {k: v for k, v in summary.items() if isinstance(v, (int, float, str, type(None)))},
+            "summary": seeds_lib.scalar_summary(summary),
             "logdir": logdir}
 
 

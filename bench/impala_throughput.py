@@ -16,8 +16,7 @@ default ``IMPALABuilder``, gym:CartPole-v1):
    Blocks alternate raw, actors, raw, round by round (the raw blocks on
    both sides of a window are averaged); medians of rounds are kept.
    The per-frame CPU breakdown (env, policy, Reverb write, Ray) comes from
-   the loop's own timers and per-thread CPU from /proc (helpers in
-   bench/cpu_accounting.py, shared with bench/d4pg_throughput.py).
+   the loop's own timers and per-thread CPU from /proc.
 2. Learner: frames/s (unrolls x T per second) of ``builder.make_learner``
    fed from a Reverb queue (the real input_fn path, server in the same
    process and sampled through 127.0.0.1 as ``LearnerWorker`` does; the
@@ -32,7 +31,9 @@ default ``IMPALABuilder``, gym:CartPole-v1):
 
     python bench/impala_throughput.py [--max-actor-steps 600000] [--out bench/results]
 
-Writes impala_throughput.json and impala_throughput.png under --out.
+Writes impala_throughput.json and impala_throughput.png under --out. The
+skeleton shared with ``d4pg_throughput.py`` (workers, rounds, the system run,
+report and figure) is in ``throughput_kit.py`` and ``throughput_report.py``.
 """
 
 from __future__ import annotations
@@ -42,48 +43,50 @@ import dataclasses
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, _REPO)
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import cpu_accounting as accounting  # noqa: E402
-from bench import seeds as seeds_lib  # noqa: E402
+from bench import throughput_kit as kit  # noqa: E402
+from bench import throughput_report as report_lib  # noqa: E402
 
 SYSTEM_TARGET_FRAMES_PER_S = 5000.0
-_median, _slope, _load = accounting.median, accounting.slope, accounting.load_average
+_median = accounting.median
+
+# Part 1's figures in this bench's names (the kit's neutral name -> key), in report order.
+ROUND_KEYS = {"raw_rate": "raw_frames_per_cpu_s", "raw_before_after": "raw_before_after_frames_per_cpu_s",
+              "raw_wall_rate": "raw_frames_per_wall_s_all", "actor_rates": "actor_frames_per_cpu_s",
+              "efficiency": "efficiency", "wall_rate": "frames_per_wall_s_all"}
+RESULT_KEYS = {"wall_rate": "env_frames_per_s", "raw_wall_rate": "raw_env_frames_per_s",
+               "actor_rate": "frames_per_cpu_s_per_actor", "raw_rate": "raw_frames_per_cpu_s",
+               "efficiency": "efficiency", "efficiency_per_round": "efficiency_per_round",
+               "raw_cpu_us": "raw_env_cpu_us_per_frame", "raw_background_us": "raw_background_threads_cpu_us_per_frame"}
 
 
 # ------------------------------------------------------------------ 1. actors
-def _actor_classes():
-    """Ray-side classes of part 1 (pickled by value: defined in this script)."""
+def actor_classes():
+    """Part 1's Ray-side classes ``(StandInLearner, TimedActorWorker, RawStepper)``, with IMPALA's stand-in."""
+    return kit.ray_classes(_stand_in_learner)
+
+
+def _stand_in_learner(base):
+    """IMPALA's stand-in learner on the kit's ``base`` (``kit.ray_classes`` calls this)."""
     import numpy as np
 
-    from rlplat.distributed import process
-    from rlplat.distributed import workers
-    from rlplat.distributed.learner_service import WeightServer
-
-    class StandInLearner(WeightServer):
+    class StandInLearner(base):
         """Hosts the builder's queue, drains it like the learner, serves ever-newer weights."""
 
-        def __init__(self, builder, environment_spec, num_actors):
-            process.setup_worker(1, 1, hide_gpus=True)
-            import reverb  # pylint: disable=g-import-not-at-top
-
+        def _start(self, builder, environment_spec, num_actors):
             from rlplat_agents.impala import networks  # pylint: disable=g-import-not-at-top
             from rlplat.replay import server as replay_server  # pylint: disable=g-import-not-at-top
 
-            self._server = replay_server.make_server(builder.make_replay_tables(environment_spec, num_actors))
-            self._address = f"127.0.0.1:{self._server.port}"
-            self._client = reverb.Client(self._address)
+            server = replay_server.make_server(builder.make_replay_tables(environment_spec, num_actors))
             net = networks.make_network(environment_spec, builder.config)
-            self._weights = [np.array(v.numpy()) for v in networks.acting_variables(net)]
-            self._version, self._pulls = 0, 0
+            self._serve(server, [np.array(v.numpy()) for v in networks.acting_variables(net)])
             self._drained, self._stop = 0, threading.Event()
             # Short sampling timeout: an idle queue (between blocks) restarts the iterator.
             self._drain_builder = dataclasses.replace(builder, rate_limiter_timeout_ms=2000)
@@ -102,168 +105,30 @@ def _actor_classes():
                 except Exception:  # pylint: disable=broad-except  (timeout on an idle queue)
                     time.sleep(0.05)
 
-        def replay_address(self):
-            return self._address
-
-        def get_variables(self, names):
-            return self._version, {name: self._weights for name in names}
-
-        def get_variables_if_newer(self, names, version):
-            self._version = max(self._version, int(version)) + 1
-            self._pulls += 1
-            return self.get_variables(names)
-
         def shared_weights_info(self):
             return None  # every pull goes over Ray
 
         def stats(self):
-            info = self._client.server_info()
-            return {"pulls": self._pulls, "drained_unrolls": self._drained,
-                    "queue_size_now": int(sum(t.current_size for t in info.values()))}
+            return {"pulls": self._pulls, "drained_unrolls": self._drained, "queue_size_now": self._items()}
 
-    class TimedActorWorker(workers.ActorWorker):
-        """The real ActorWorker; run_steps also reports its thread's CPU time."""
+    return StandInLearner
 
-        def run_steps(self, num_steps):
-            self._exec_ident = threading.get_ident()
-            cpu0 = time.thread_time()
-            stats = super().run_steps(num_steps)
-            stats["thread_cpu_s"] = time.thread_time() - cpu0
-            return stats
 
-        def cpu_snapshot(self):
-            ident = getattr(self, "_exec_ident", None)
-            exec_cpu = (time.clock_gettime(time.pthread_getcpuclockid(ident))
-                        if ident is not None else None)
-            return {"process_cpu_s": time.process_time(), "exec_thread_cpu_s": exec_cpu,
-                    "threads": accounting.thread_cpu_table(), "pid": os.getpid(),
-                    "time": time.perf_counter()}
-
-    class RawStepper:
-        """Steps the env with precomputed random actions: the per-process limit."""
-
-        def __init__(self, env_name, seed):
-            from dm_env import specs  # pylint: disable=g-import-not-at-top
-
-            from rlplat_envs import make_environment  # pylint: disable=g-import-not-at-top
-
-            self._env = make_environment(env_name, seed=seed)
-            self._spec = self._env.action_spec()
-            self._discrete = isinstance(self._spec, specs.DiscreteArray)
-            self._rng = np.random.default_rng(seed)
-            self._timestep = None
-
-        def _actions(self, n):
-            if self._discrete:
-                return self._rng.integers(0, self._spec.num_values, n).astype(np.int32)
-            low = np.broadcast_to(self._spec.minimum, self._spec.shape)
-            high = np.broadcast_to(self._spec.maximum, self._spec.shape)
-            return self._rng.uniform(low, high, (n,) + tuple(self._spec.shape)).astype(np.float32)
-
-        def run(self, num_steps):
-            actions = self._actions(num_steps)
-            env, timestep = self._env, self._timestep
-            threads0 = accounting.thread_cpu_table()
-            cpu0, wall0, main0 = time.process_time(), time.perf_counter(), time.thread_time()
-            for i in range(num_steps):
-                if timestep is None or timestep.last():
-                    env.reset()
-                timestep = env.step(actions[i])
-            main = time.thread_time() - main0
-            cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-            self._timestep = timestep
-            background = accounting.thread_diff(threads0, accounting.thread_cpu_table(),
-                                             exclude=threading.get_native_id())
-            return {"steps": num_steps, "cpu_s": cpu, "wall_s": wall, "main_thread_cpu_s": main,
-                    "background_threads": background}
-
-    return StandInLearner, TimedActorWorker, RawStepper
+def _round_text(rounds):
+    one, two = rounds[1][-1], rounds[2][-1]
+    return (f"1 actor {one['wall_rate']:.0f} frames/s ({statistics.mean(one['actor_rates']):.0f}/CPU-s, raw "
+            f"{one['raw_rate']:.0f}/CPU-s); 2 actors {two['wall_rate']:.0f} frames/s")
 
 
 def measure_actors(args, builder, spec, log):
-    import ray
-    from ray import cloudpickle
-
-    from rlplat import seeding
-    from rlplat.distributed import cluster, process, workers
-    from rlplat.runners import EnvironmentFactory, RayLayoutConfig
-
-    # The Ray-side classes call the CPU-accounting helpers; ship them by value
-    # (workers need not find bench/ on their path).
-    cloudpickle.register_pickle_by_value(accounting)
-    chunk_steps = RayLayoutConfig().actor_chunk_steps
-    conn = cluster.connect(None)
-    StandInLearner, TimedActorWorker, RawStepper = _actor_classes()
-    name = f"bench-impala-learner-{os.getpid()}"
-    learner = workers.remote(StandInLearner, num_cpus=0, max_concurrency=4, name=name,
-                             runtime_env=process.runtime_env("learner")).remote(builder, spec, 2)
-    actor_cls = workers.remote(TimedActorWorker, num_cpus=0, max_restarts=0,
-                               runtime_env=process.runtime_env("actor"))
-    raw_cls = workers.remote(RawStepper, num_cpus=0, runtime_env=process.runtime_env("actor"))
-    actors = [actor_cls.remote(builder, EnvironmentFactory(args.env), i, seeding.actor_seed(args.seed, i), name, None,
-                               envs_per_actor=args.envs_per_actor)
-              for i in range(2)]
-    raws = [raw_cls.remote(args.env, seeding.actor_seed(args.seed, 100 + i)) for i in range(2)]
-    ray.get(learner.replay_address.remote(), timeout=300)
-    ray.get([a.info.remote() for a in actors], timeout=300)
-    # Warm-up: the adder's writer, the first pulls, the drain's dataset, caches.
-    ray.get([a.run_steps.remote(chunk_steps) for a in actors for _ in range(3)]
-            + [r.run.remote(5000) for r in raws], timeout=300)
-    log(f"actors up (real ActorWorker over Ray; stand-in learner hosts the queue and drains it); "
-        f"{args.actor_rounds} rounds")
-
-    rounds = {1: [], 2: []}
-    for r in range(args.actor_rounds):
-        for k in (1, 2):
-            before, windows, after = accounting.window_between_raw_blocks(
-                ray, actors[:k], raws, chunk_steps, args.actor_chunks, args.raw_steps)
-            raw = before + after
-            raw_rate = accounting.steps_per_cpu_s(raw)
-            rates = [w["steps"] / w["process_cpu_s"] for w in windows]
-            rounds[k].append({
-                "raw_frames_per_cpu_s": raw_rate, "raw": raw,
-                "raw_before_after_frames_per_cpu_s": [
-                    round(accounting.steps_per_cpu_s(half), 1) for half in (before, after)],
-                "raw_frames_per_wall_s_all": statistics.mean(
-                    sum(x["steps"] for x in half) / max(x["wall_s"] for x in half) for half in (before, after)),
-                "actor_frames_per_cpu_s": rates,
-                "efficiency": statistics.mean(rates) / raw_rate,
-                "frames_per_wall_s_all": sum(w["steps"] for w in windows) / max(
-                    w["window_wall_s"] for w in windows),
-                "windows": windows,
-            })
-        log(f"  round {r + 1}: 1 actor {rounds[1][-1]['frames_per_wall_s_all']:.0f} frames/s "
-            f"({statistics.mean(rounds[1][-1]['actor_frames_per_cpu_s']):.0f}/CPU-s, raw "
-            f"{rounds[1][-1]['raw_frames_per_cpu_s']:.0f}/CPU-s); 2 actors "
-            f"{rounds[2][-1]['frames_per_wall_s_all']:.0f} frames/s")
-    replay = ray.get(learner.stats.remote(), timeout=60)
-    for handle in actors + raws + [learner]:
-        ray.kill(handle, no_restart=True)
-    cluster.disconnect(conn)  # part 3's run_on_ray starts its own Ray, as `rlplat train` does
-
-    results = {}
-    for k, rs in rounds.items():
-        windows = [w for x in rs for w in x["windows"]]
-        bd = accounting.breakdown_us(windows)
-        raw_items = [item for x in rs for item in x["raw"]]
-        raw_steps = sum(item["steps"] for item in raw_items)
-        raw_bg = sum(max(0.0, item["cpu_s"] - item["main_thread_cpu_s"]) for item in raw_items)
-        raw_rate = _median([x["raw_frames_per_cpu_s"] for x in rs])
-        results[str(k)] = {
-            "num_actors": k,
-            "env_frames_per_s": _median([x["frames_per_wall_s_all"] for x in rs]),
-            "raw_env_frames_per_s": _median([x["raw_frames_per_wall_s_all"] for x in rs]),
-            "frames_per_cpu_s_per_actor": _median([statistics.mean(x["actor_frames_per_cpu_s"]) for x in rs]),
-            "raw_frames_per_cpu_s": raw_rate,
-            "efficiency": _median([x["efficiency"] for x in rs]),
-            "efficiency_per_round": [round(x["efficiency"], 4) for x in rs],
-            "raw_env_cpu_us_per_frame": 1e6 / raw_rate,
-            "raw_background_threads_cpu_us_per_frame": round(1e6 * raw_bg / raw_steps, 2),
-            **bd,
-        }
+    """Part 1: frames/s and frames per CPU-s of 1 and 2 real actors against raw stepping, and their CPU."""
+    run = kit.run_actor_rounds(
+        args, builder, spec, actor_classes(), name=f"bench-impala-learner-{os.getpid()}", warmup_chunks=3,
+        warmup_raw_steps=5000, log=log, round_text=_round_text,
+        up_text="actors up (real ActorWorker over Ray; stand-in learner hosts the queue and drains it)")
     return {
         "method": ("real ActorWorker (subclass adds only a thread-CPU reading) in Ray processes with "
-                   f"runtime_env('actor'), run_steps chunks of {chunk_steps} steps, one call in flight "
+                   f"runtime_env('actor'), run_steps chunks of {run.chunk_steps} steps, one call in flight "
                    "per actor; the builder's real Reverb queue in a stand-in learner process that drains "
                    "it with builder.make_dataset in a thread and answers every pull with a newer "
                    "version. Raw: random actions in as many Ray processes with the same settings, run "
@@ -273,23 +138,19 @@ def measure_actors(args, builder, spec, log):
                    "an untrained network's, so CartPole episodes last ~20-25 frames: per-episode costs "
                    "(reset, the padded last unroll, the adder's end-of-episode flush) weigh more per "
                    "frame here than late in training (500-frame episodes)."),
-        "chunk_steps": chunk_steps, "chunks_per_window": args.actor_chunks,
+        "chunk_steps": run.chunk_steps, "chunks_per_window": args.actor_chunks,
         "raw_steps_per_block": args.raw_steps, "rounds": args.actor_rounds,
         "variable_update_period": builder.config.variable_update_period,
-        "stand_in": replay,
-        "results": results,
-        "per_round": {str(k): [{key: v for key, v in x.items() if key not in ("windows", "raw")}
-                               for x in rs] for k, rs in rounds.items()},
+        "stand_in": run.stand_in_stats,
+        "results": kit.actor_results(run.rounds, RESULT_KEYS),
+        "per_round": kit.per_round(run.rounds, ROUND_KEYS),
     }
 
 
 # ----------------------------------------------------------------- 2. learner
 def learner_child(args):
     """Runs in its own process with the layout's learner settings: queue-fed vs memory-fed."""
-    threads = tuple(int(x) for x in args.learner_threads.split(","))
-    from rlplat.distributed import process
-
-    process.setup_worker(threads[0], threads[1], hide_gpus=True, num_cpu_replicas=1)
+    threads = kit.learner_child_threads(args)
     import dm_env
     import numpy as np
     import tensorflow as tf
@@ -343,22 +204,14 @@ def learner_child(args):
     memory_learner = IMPALALearner(cfg, spec, repl, repl.distribute(tf.data.Dataset.from_tensors(one).repeat()),
                                    steps_per_call=per_call)
 
-    def run_block(learner, steps):
-        n0 = learner.num_steps
-        cpu0, wall0 = time.process_time(), time.perf_counter()
-        while learner.num_steps - n0 < steps:
-            learner.step()
-        return {"steps": learner.num_steps - n0, "wall_s": time.perf_counter() - wall0,
-                "cpu_s": time.process_time() - cpu0}
-
     for learner in (queue_learner, memory_learner):  # trace + warm up
-        run_block(learner, per_call)
-        run_block(learner, warm - per_call)
+        kit.timed_block(learner, per_call)
+        kit.timed_block(learner, warm - per_call)
     samples = {"queue": [], "memory": []}
     frames = batch * unroll
     for r in range(args.learner_rounds):
-        samples["queue"].append(run_block(queue_learner, block))
-        samples["memory"].append(run_block(memory_learner, block))
+        samples["queue"].append(kit.timed_block(queue_learner, block))
+        samples["memory"].append(kit.timed_block(memory_learner, block))
         q, m = samples["queue"][-1], samples["memory"][-1]
         print(f"  round {r + 1}: queue {frames * q['steps'] / q['wall_s']:.0f} frames/s, memory "
               f"{frames * m['steps'] / m['wall_s']:.0f}", flush=True)
@@ -375,12 +228,7 @@ def learner_child(args):
         "queue_frames_per_s": _median([rate(x) for x in samples["queue"]]),
         "memory_frames_per_s": _median([rate(x) for x in samples["memory"]]),
         "ratio": _median(ratios), "ratio_per_round": [round(x, 4) for x in ratios],
-        "queue_cpu_ms_per_step": _median([1e3 * x["cpu_s"] / x["steps"] for x in samples["queue"]]),
-        "memory_cpu_ms_per_step": _median([1e3 * x["cpu_s"] / x["steps"] for x in samples["memory"]]),
-        "queue_wall_ms_per_step": _median([1e3 * x["wall_s"] / x["steps"] for x in samples["queue"]]),
-        "memory_wall_ms_per_step": _median([1e3 * x["wall_s"] / x["steps"] for x in samples["memory"]]),
-        "queue_cores_used": _median([x["cpu_s"] / x["wall_s"] for x in samples["queue"]]),
-        "memory_cores_used": _median([x["cpu_s"] / x["wall_s"] for x in samples["memory"]]),
+        **kit.per_step_figures(samples),
         "samples": samples,
     }
     out["queue_learner_steps_per_s"] = out["queue_frames_per_s"] / frames
@@ -394,27 +242,24 @@ def _learner_threads():
     try:
         from rlplat.distributed import resources
 
-        return tuple(resources.plan_resources(os.cpu_count() or 1, 0, 2, None).learner_threads)
+        return tuple(resources.plan_resources(os.cpu_count() or 1, 0, kit.NUM_ACTORS, None).learner_threads)
     except Exception:  # pylint: disable=broad-except  (the plan's API is not this bench's concern)
         return (1, 2)
 
 
 def measure_learner(args, log):
+    """Part 2: queue-fed against memory-fed learner frames/s, in one child process with the layout's threads."""
     from rlplat.distributed import process
 
     threads = _learner_threads()
     env = process.subprocess_env("learner", cpu_only=True, threads=threads[0])
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-        path = f.name
-    cmd = [sys.executable, os.path.abspath(__file__), "--learner-child", path,
-           "--learner-threads", f"{threads[0]},{threads[1]}", "--env", args.env, "--seed", str(args.seed),
-           "--learner-rounds", str(args.learner_rounds), "--learner-block-steps", str(args.learner_block_steps)]
     log(f"learner process: TF threads {threads[0]}/{threads[1]} (the layout's plan), "
         f"{args.learner_rounds} rounds of {args.learner_block_steps} steps, queue then memory")
-    subprocess.run(cmd, env=env, check=True, timeout=900)
-    with open(path) as f:
-        out = json.load(f)
-    os.unlink(path)
+    out = kit.run_child(lambda path: [
+        sys.executable, os.path.abspath(__file__), "--learner-child", path,
+        "--learner-threads", f"{threads[0]},{threads[1]}", "--env", args.env, "--seed", str(args.seed),
+        "--learner-rounds", str(args.learner_rounds), "--learner-block-steps", str(args.learner_block_steps)],
+        env, timeout=900)
     out["method"] = ("builder.make_learner (the real input_fn: Reverb dataset of the queue, one worker, "
                      "prefetch 1; CallRunner watchdog included), server in the same process sampled "
                      "through 127.0.0.1 as LearnerWorker does; a make_queue_table queue pre-filled by the "
@@ -427,87 +272,17 @@ def measure_learner(args, log):
 
 
 # ------------------------------------------------------------------ 3. system
-class _LearnerThreadSampler(accounting.CpuSampler):
-    """Also samples the learner process's CPU per thread name (which threads eat its core)."""
-
-    def _run(self):
-        self.threads = []  # (time.time(), {(pid, tid): (name, cpu_s)})
-        while not self._stop.is_set():
-            now = time.time()
-            self.samples.append((now, accounting.processes_cpu(), accounting.system_cpu()))
-            pids = [pid for pid, (role, _) in self.samples[-1][1].items() if role == "learner"]
-            self.threads.append((now, _threads_of(pids)))
-            self._stop.wait(self._period)
-
-    def learner_threads_between(self, t0, t1):
-        inside = [s for s in getattr(self, "threads", []) if t0 <= s[0] <= t1]
-        if len(inside) < 2:
-            return None
-        (ta, a), (tb, b) = inside[0], inside[-1]
-        by_name = {}
-        for key, (name, cpu) in b.items():
-            delta = cpu - a.get(key, (name, 0.0))[1]
-            # Ray names its threads; TF, Reverb and gRPC pool threads keep the process title.
-            label = name if not name.startswith("ray::") else "(unnamed: TF/Reverb/gRPC pools, main)"
-            by_name[label] = by_name.get(label, 0.0) + max(0.0, delta)
-        return {k: round(v / (tb - ta), 3) for k, v in sorted(by_name.items(), key=lambda x: -x[1]) if v > 0}
-
-
-def _threads_of(pids):
-    tick = os.sysconf("SC_CLK_TCK")
-    out = {}
-    for pid in pids:
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2:].split()
-            out[(pid, int(tid))] = (stat[stat.index("(") + 1:stat.rindex(")")],
-                                    (int(fields[11]) + int(fields[12])) / tick)
-    return out
-
-
 def measure_system(args, builder, log):
-    from rlplat.runners import Experiment, RayLayoutConfig, run_on_ray
-
+    """Part 3: steady env frames/s of ``run_on_ray`` with learning on, and the learner's frames/s in it."""
     cfg = builder.config
-    logdir = tempfile.mkdtemp(prefix="impala_throughput_")
-    log(f"run_on_ray: 2 actors, {args.max_actor_steps:,} actor steps, learning on, one final "
-        f"evaluation, logdir {logdir}")
-    sampler = _LearnerThreadSampler().start()
-    started = time.time()
-    try:
-        experiment = Experiment(builder, args.env, num_actors=2, max_actor_steps=args.max_actor_steps,
-                                logdir=logdir, seed=args.seed, eval_every_actor_steps=0, checkpoint_every_s=3600.0)
-        summary = run_on_ray(experiment, RayLayoutConfig(console=False))
-    finally:
-        sampler.stop()
-    wall = time.time() - started
-    actor, learner = [], []
-    with open(os.path.join(logdir, "metrics.jsonl")) as f:
-        for line in f:
-            rec = json.loads(line)
-            if rec.get("role") == "actor":
-                actor.append(rec)
-            elif rec.get("role") == "learner":
-                learner.append(rec)
-    first = args.steady_from * args.max_actor_steps
-    window = [r for r in actor if first <= r["step"] <= args.max_actor_steps]
-    t0, t1 = window[0]["wall_time"], window[-1]["wall_time"]
-    env_rate = _slope([(r["wall_time"], r["step"]) for r in window])
-    lwin = [r for r in learner if t0 <= r["wall_time"] <= t1]
-    learn_rate = _slope([(r["wall_time"], r["step"]) for r in lwin])
+    run = kit.run_system(args, builder, log, prefix="impala_throughput_",
+                         evaluations="learning on, one final evaluation", sampler=accounting.LearnerThreadSampler())
+    env_rate, learn_rate = run.env_rate, run.learn_rate
     # Every step of a sampled unroll counts, the zero padding after an episode's
     # end included (its last unroll is padded to T+1): the queue hands out each
     # unroll once, yet consumed/produced reads above 1 when episodes are short.
     frames = cfg.global_batch_size * cfg.unroll_length
-    lags = [r["policy_lag_mean"] for r in lwin if isinstance(r.get("policy_lag_mean"), (int, float))]
+    lags = [r["policy_lag_mean"] for r in run.learner_window if isinstance(r.get("policy_lag_mean"), (int, float))]
     return {
         "method": ("run_on_ray(IMPALABuilder(IMPALAConfig()), 2 actors, local Ray, queue inside the "
                    "learner) as `rlplat train impala` runs it, learning on; steady env frames/s = "
@@ -516,18 +291,15 @@ def measure_system(args, builder, log):
                    "tracing excluded). Learner frames/s = its steps/s slope x global_batch_size x "
                    "unroll_length over the same window. CPU per role sampled from /proc."),
         "max_actor_steps": args.max_actor_steps,
-        "steady_window": {"from_actor_step": window[0]["step"], "to_actor_step": window[-1]["step"],
-                          "seconds": round(t1 - t0, 1), "actor_records": len(window)},
+        "steady_window": run.steady_window(),
         "env_frames_per_s": env_rate,
         "learner_steps_per_s": learn_rate,
         "learner_frames_per_s": learn_rate * frames if learn_rate else None,
         "consumed_over_produced": (learn_rate * frames / env_rate) if env_rate and learn_rate else None,
         "policy_lag_mean_in_window": _median(lags),
-        "cpu_in_window": sampler.between(t0, t1),
-        "learner_process_cores_by_thread": sampler.learner_threads_between(t0, t1),
-        "summary": {k: v for k, v in summary.items() if isinstance(v, (int, float, str, type(None)))},
-        "total_wall_seconds": round(wall, 1),
-        "logdir": logdir,
+        "cpu_in_window": run.cpu_in_window(),
+        "learner_process_cores_by_thread": run.sampler.learner_threads_between(run.t0, run.t1),
+        **run.tail(),
     }
 
 
@@ -539,7 +311,7 @@ def _where_time_goes(report):
         cpu = (sy.get("cpu_in_window") or {}).get("cores_by_role", {})
         text = (f"pipeline {sy['env_frames_per_s']:.0f} env frames/s < {SYSTEM_TARGET_FRAMES_PER_S:.0f}; "
                 f"learner consumes {sy['learner_frames_per_s'] or float('nan'):.0f} frames/s in it. CPU "
-                "cores by role in the window: " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()))
+                "cores by role in the window: " + report_lib.cores_text(cpu))
         ln = report.get("learner")
         if ln:
             text += (f". Learner alone: {ln['queue_frames_per_s']:.0f} frames/s from the queue, "
@@ -557,8 +329,7 @@ def _where_time_goes(report):
 
 
 def _print_summary(report):
-    print(f"\n== IMPALA throughput ({report['env']}, {report['cpus']} CPUs, load "
-          f"{report['load_average']['start']}) ==")
+    print(report_lib.headline("IMPALA", report))
     for k, res in report.get("actor", {}).get("results", {}).items():
         grouped = res["per_step_us_grouped"]
         print(f"actors x{k}: {res['env_frames_per_s']:.0f} env frames/s (raw x{k}: {res['raw_env_frames_per_s']:.0f}); "
@@ -580,22 +351,17 @@ def _print_summary(report):
               f"frames/s in the pipeline")
         cpu = (sy.get("cpu_in_window") or {}).get("cores_by_role")
         if cpu:
-            print("   cores by role in the window: " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items()))
+            print("   cores by role in the window: " + report_lib.cores_text(cpu))
         threads = sy.get("learner_process_cores_by_thread")
         if threads:
-            print("   learner process, cores by thread: "
-                  + ", ".join(f"{k} {v:.2f}" for k, v in list(threads.items())[:8]))
+            print("   learner process, cores by thread: " + report_lib.cores_text(dict(list(threads.items())[:8])))
     for key, text in report.get("where_time_goes", {}).items():
         print(f"where the time goes ({key}): {text}")
     print(f"load average at the end {report['load_average'].get('end')}; total {report['seconds']['total']:.0f} s")
 
 
 def _plot(report, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ((ax_a, ax_bd), (ax_ln, ax_sys)) = plt.subplots(2, 2, figsize=(13, 9))
+    plt, fig, ((ax_a, ax_bd), (ax_ln, ax_sys)) = report_lib.figure(2, 4.5)
     res = report.get("actor", {}).get("results", {})
     if res:
         keys = sorted(res)
@@ -613,73 +379,41 @@ def _plot(report, path):
         ax_a.set_ylabel("env frames / s")
         ax_a.set_title("Actors vs raw env stepping (median of rounds)", fontsize=10)
         ax_a.legend(fontsize=8)
-        labels = [f"{k} actor{'s' if k != '1' else ''}" for k in keys] + ["raw env"]
-        bottom = [0.0] * len(labels)
-        colors = plt.get_cmap("tab10").colors
-        for i, part in enumerate(accounting.PARTS):
-            values = [res[k]["per_step_us"][part] for k in keys] + [0.0]
-            if part == "env":
-                values[-1] = res[keys[0]]["raw_env_cpu_us_per_frame"]
-            ax_bd.bar(labels, values, bottom=bottom, label=accounting.PART_LABELS[part],
-                      color=colors[i % 10])
-            bottom = [b + v for b, v in zip(bottom, values)]
-        for xi, total in enumerate(bottom):
-            ax_bd.text(xi, total, f"{total:.0f}", ha="center", va="bottom", fontsize=8)
-        ax_bd.set_ylim(0, 1.6 * max(bottom))
-        ax_bd.set_ylabel("CPU us per env frame")
-        ax_bd.set_title("Where an actor frame's CPU goes", fontsize=10)
-        ax_bd.legend(fontsize=7, loc="upper right")
+        report_lib.plot_cpu_breakdown(plt, ax_bd, res, unit="frame", raw_key="raw_env_cpu_us_per_frame",
+                                      headroom=1.6)
     ln = report.get("learner")
     if ln:
-        bars = ax_ln.bar(["from the Reverb queue\n(input_fn)", "from memory\n(one batch)"],
-                         [ln["queue_frames_per_s"], ln["memory_frames_per_s"]], color=["tab:orange", "tab:gray"])
-        ax_ln.bar_label(bars, fmt="%.0f")
-        ax_ln.set_ylim(0, 1.25 * max(ln["queue_frames_per_s"], ln["memory_frames_per_s"]))
-        ax_ln.set_ylabel("learner frames / s (unrolls x T)")
-        ax_ln.set_title(f"Learner alone: ratio {ln['ratio']:.3f}; batch {ln['global_batch_size']} x T "
-                        f"{ln['unroll_length']}, TF threads {ln['threads_intra_inter'][0]}/"
-                        f"{ln['threads_intra_inter'][1]}", fontsize=10)
+        report_lib.bar_panel(
+            ax_ln, ["from the Reverb queue\n(input_fn)", "from memory\n(one batch)"],
+            [ln["queue_frames_per_s"], ln["memory_frames_per_s"]], ["tab:orange", "tab:gray"], fmt="%.0f",
+            top=1.25 * max(ln["queue_frames_per_s"], ln["memory_frames_per_s"]),
+            ylabel="learner frames / s (unrolls x T)",
+            title=(f"Learner alone: ratio {ln['ratio']:.3f}; batch {ln['global_batch_size']} x T "
+                   f"{ln['unroll_length']}, TF threads {ln['threads_intra_inter'][0]}/{ln['threads_intra_inter'][1]}"))
     sy = report.get("system")
     if sy:
-        bars = ax_sys.bar(["env frames/s\n(2 actors, learning on)", "learner frames/s\nin the pipeline"],
-                          [sy["env_frames_per_s"] or 0, sy["learner_frames_per_s"] or 0],
-                          color=["tab:purple", "tab:orange"])
-        ax_sys.bar_label(bars, fmt="%.0f")
-        ax_sys.axhline(SYSTEM_TARGET_FRAMES_PER_S, color="tab:green", ls="--", lw=1, label="target 5,000")
-        ax_sys.set_ylim(0, 1.3 * max(sy["env_frames_per_s"] or 0, SYSTEM_TARGET_FRAMES_PER_S))
-        ax_sys.set_ylabel("frames / s (steady window)")
         cpu = (sy.get("cpu_in_window") or {}).get("cores_by_role")
         title = "System: run_on_ray, 2 actors"
         if cpu:
-            title += "\ncores: " + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items() if v >= 0.02)
-        ax_sys.set_title(title, fontsize=9)
+            title += "\ncores: " + report_lib.cores_text(cpu, at_least=0.02)
+        report_lib.bar_panel(
+            ax_sys, ["env frames/s\n(2 actors, learning on)", "learner frames/s\nin the pipeline"],
+            [sy["env_frames_per_s"] or 0, sy["learner_frames_per_s"] or 0], ["tab:purple", "tab:orange"],
+            fmt="%.0f", top=1.3 * max(sy["env_frames_per_s"] or 0, SYSTEM_TARGET_FRAMES_PER_S),
+            ylabel="frames / s (steady window)", title=title, title_size=9)
+        ax_sys.axhline(SYSTEM_TARGET_FRAMES_PER_S, color="tab:green", ls="--", lw=1, label="target 5,000")
         ax_sys.legend(fontsize=8, loc="upper right")
-    fig.suptitle(f"IMPALA throughput, {report['env']}, {report['cpus']} CPUs (load {report['load_average']['start']})",
-                 fontsize=11)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    report_lib.save_figure(plt, fig, "IMPALA", report, path)
+
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env", default="gym:CartPole-v1")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--actor-rounds", type=int, default=5)
-    parser.add_argument("--actor-chunks", type=int, default=15, help="run_steps chunks per actor window")
-    parser.add_argument("--raw-steps", type=int, default=30_000, help="random-action steps per raw block")
+    report_lib.add_actor_arguments(parser, env="gym:CartPole-v1", actor_chunks=15, raw_steps=30_000)
     parser.add_argument("--learner-rounds", type=int, default=8)
     parser.add_argument("--learner-block-steps", type=int, default=200)
-    parser.add_argument("--max-actor-steps", type=int, default=600_000)
-    parser.add_argument("--steady-from", type=float, default=0.25,
-                        help="fraction of max_actor_steps before which the system run is warm-up")
-    parser.add_argument("--parts", default="actor,learner,system")
-    parser.add_argument("--envs-per-actor", type=int, default=1,
-                        help="environments per actor process in the actor part (--envs-per-actor)")
-    parser.add_argument("--name", default="impala_throughput", help="output file stem")
-    parser.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
-    parser.add_argument("--learner-child", default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--learner-threads", default="1,2", help=argparse.SUPPRESS)
+    report_lib.add_run_arguments(parser, max_actor_steps=600_000, parts="actor,learner,system",
+                                 name="impala_throughput")
     args = parser.parse_args(argv)
     if args.learner_child:
         return learner_child(args)
@@ -689,9 +423,7 @@ def main(argv=None):
         raise SystemExit(f"unknown --parts {sorted(unknown)}; use a comma list of actor,learner,system")
 
     started = time.time()
-
-    def log(msg):
-        print(f"[{time.time() - started:6.1f}s] {msg}", flush=True)
+    log = report_lib.logger(started)
 
     from rlplat_agents.impala.builder import IMPALABuilder
     from rlplat_agents.impala.config import IMPALAConfig
@@ -701,38 +433,20 @@ def main(argv=None):
     builder = IMPALABuilder(config=IMPALAConfig())
     with make_environment(args.env, seed=args.seed) as env:
         spec = specs.make_environment_spec(env)
-    report = {
-        "benchmark": "impala_throughput",
-        "env": args.env,
-        "command": "python " + " ".join([os.path.relpath(os.path.abspath(__file__), _REPO)] + sys.argv[1:]),
-        "cpus": os.cpu_count(),
-        "machine": seeds_lib.machine(),  # the CPU model: figures depend on it
-        "config": builder.config.to_dict(),
-        "builder": {"steps_per_call": builder.steps_per_call, "replay_table": builder.replay_table},
-        "targets": {"system_env_frames_per_s": SYSTEM_TARGET_FRAMES_PER_S},
-        "load_average": {"start": _load()},
-        "seconds": {},
-    }
-    for part, fn in (("actor", lambda: measure_actors(args, builder, spec, log)),
-                     ("learner", lambda: measure_learner(args, log)),
-                     ("system", lambda: measure_system(args, builder, log))):
-        if part in parts:
-            mark = time.time()
-            report[part] = fn()
-            report["seconds"][part] = round(time.time() - mark, 1)
-            report["load_average"][f"after_{part}"] = _load()
-    report["load_average"]["end"] = _load()
+    report = report_lib.new_report(
+        "impala_throughput", __file__, args, config=builder.config.to_dict(),
+        builder={"steps_per_call": builder.steps_per_call, "replay_table": builder.replay_table},
+        targets={"system_env_frames_per_s": SYSTEM_TARGET_FRAMES_PER_S})
+    report_lib.run_parts(report, parts, [("actor", lambda: measure_actors(args, builder, spec, log)),
+                                         ("learner", lambda: measure_learner(args, log)),
+                                         ("system", lambda: measure_system(args, builder, log))])
+    report["load_average"]["end"] = accounting.load_average()
     report["seconds"]["total"] = round(time.time() - started, 1)
     if "system" in report:
         fps = report["system"]["env_frames_per_s"] or 0.0
         report["targets"]["system_met"] = fps >= SYSTEM_TARGET_FRAMES_PER_S
     report["where_time_goes"] = _where_time_goes(report)
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, f"{args.name}.json"), "w") as f:
-        json.dump(report, f, indent=2)
-    _plot(report, os.path.join(args.out, f"{args.name}.png"))
-    _print_summary(report)
-    return report
+    return report_lib.write_outputs(report, args, _plot, _print_summary)
 
 
 if __name__ == "__main__":

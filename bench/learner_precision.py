@@ -10,12 +10,10 @@ median block steps/s / the fp32 run's of the same round).
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
-import tempfile
 from typing import Any, Callable, Dict, List
+
+from bench import throughput_kit
 
 # Issue 31: on a CPU with bfloat16 instructions, bf16 learner steps/s >= 1.4x fp32's.
 TARGET_RATIO = 1.4
@@ -41,12 +39,7 @@ def measure(args: Any, threads, child_command: Callable[[str, str], List[str]], 
         f"one per process, A B B A, TF threads {threads[0]}/{threads[1]}")
     for r in range(args.precision_rounds):
         for p in (PRECISIONS if r % 2 == 0 else PRECISIONS[::-1]):
-            with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-                path = f.name
-            subprocess.run(child_command(path, p), env=env, check=True)
-            with open(path) as f:
-                runs[p].append(json.load(f))
-            os.unlink(path)
+            runs[p].append(throughput_kit.run_child(lambda path, p=p: child_command(path, p), env))
             log(f"  round {r + 1}, {p}: " + ", ".join(f"{_rate(b):.1f}" for b in runs[p][-1]["blocks"])
                 + " steps/s")
     run_rate = {p: [_median([_rate(b) for b in run["blocks"]]) for run in runs[p]] for p in PRECISIONS}

@@ -132,6 +132,23 @@ def run_seeds(out_dir: str, bench: str, variant: str, seeds: Sequence[int], sett
     return records
 
 
+def read_metrics(logdir: str) -> List[Dict[str, Any]]:
+    """Every record of a run's ``metrics.jsonl`` (each role's, in the order written)."""
+    with open(os.path.join(logdir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+def eval_curve(records: Sequence[Dict[str, Any]], start: float) -> List[Dict[str, Any]]:
+    """The evaluator's points: seconds since ``start``, actor and learner steps, and the return."""
+    return [{"seconds": r["wall_time"] - start, "actor_steps": r["step"], "learner_steps": r.get("learner_steps"),
+             "eval_return": r["eval_return"]} for r in records if r.get("role") == "evaluator"]
+
+
+def scalar_summary(summary: Dict[str, Any]) -> Dict[str, Any]:
+    """The JSON-plain entries (numbers, strings, None) of a run's summary."""
+    return {k: v for k, v in summary.items() if isinstance(v, (int, float, str, type(None)))}
+
+
 def first_reaching(curve: Sequence[Dict[str, Any]], target: Optional[float]) -> Optional[Dict[str, Any]]:
     """The first eval point whose return is >= ``target``, or None (always None without a target)."""
     if target is None:

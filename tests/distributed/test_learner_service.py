@@ -44,7 +44,7 @@ def _missing_or_different(cls, protocol):
 def _stand_ins():
     from bench import d4pg_throughput, impala_throughput  # pylint: disable=g-import-not-at-top
 
-    return [d4pg_throughput.actor_classes()[0], impala_throughput._actor_classes()[0]]  # pylint: disable=protected-access
+    return [d4pg_throughput.actor_classes()[0], impala_throughput.actor_classes()[0]]
 
 
 @pytest.mark.parametrize("cls", [workers.LearnerWorker, learner_group.LearnerGroup],
