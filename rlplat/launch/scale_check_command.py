@@ -25,7 +25,7 @@ import os
 from typing import List, Optional, Sequence
 
 from rlplat.agent_spec import AgentSpec
-from rlplat.launch import agent_command, common, sweep_command
+from rlplat.launch import common, sweep_command
 
 NAME = "scale-check"
 HELP = "run one config at two scales (e.g. 1 and 4 actors) over seeds and test that learning per env step is the same"
@@ -38,22 +38,11 @@ SCALES = (("actors", "actors", "num_actors"),
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    subs = parser.add_subparsers(title="agents", dest="agent", required=True, parser_class=common.Parser)
-    try:
-        specs = {name: spec for name, spec in agent_command.agents().items() if spec.on_ray}
-    except common.UsageError as e:
-        common.fail(str(e))
-    for spec in specs.values():
-        # "resolve": --envs-per-actor here takes a pair, replacing train's flag of one value.
-        sub = subs.add_parser(spec.name, help=f"scale-check {spec.name}", conflict_handler="resolve",
-                              description=f"{spec.name} at two scales over seeds, compared per env step.")
-        agent_command.add_arguments(sub, spec)
-        for action in sub._actions:  # pylint: disable=protected-access  (the shared flags' meaning here)
-            if action.dest == "logdir":
-                action.help = (f"scale-check directory, one run directory per trial inside (default: "
-                               f"runs/scale-check-{spec.name}-<timestamp>)")
-            elif action.dest == "seed":
-                action.help = "first seed; --seeds N runs seeds SEED .. SEED+N-1 at each scale (default: 0)"
+    # "resolve": --envs-per-actor here takes a pair, replacing train's flag of one value.
+    for spec, sub in sweep_command.add_trial_subparsers(
+            parser, "scale-check", "{agent} at two scales over seeds, compared per env step.",
+            "first seed; --seeds N runs seeds SEED .. SEED+N-1 at each scale (default: 0)",
+            conflict_handler="resolve"):
         envs_per_actor = sub.get_default("envs_per_actor")  # the replaced flag's default stays the default
         group = sub.add_argument_group("scale check")
         group.add_argument("--actors", required=True, type=_pair, metavar="A,B",

@@ -47,22 +47,36 @@ DEFAULT_LEARNER_CPUS = 1.0
 DEFAULT_ACTOR_CPUS = 0.5
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+def add_trial_subparsers(parser: argparse.ArgumentParser, kind: str, description: str, seed_help: str,
+                         **parser_options: Any) -> List[Tuple[AgentSpec, argparse.ArgumentParser]]:
+    """One sub-parser per Ray agent, with every ``rlplat train`` flag read as a set of trials' flags.
+
+    ``kind`` names the command's directory (``runs/<kind>-<agent>-<timestamp>``);
+    ``description`` is formatted with ``{agent}``.
+    """
     subs = parser.add_subparsers(title="agents", dest="agent", required=True, parser_class=common.Parser)
     try:
         specs = {name: spec for name, spec in agent_command.agents().items() if spec.on_ray}
     except common.UsageError as e:
         common.fail(str(e))
+    made = []
     for spec in specs.values():
-        sub = subs.add_parser(spec.name, help=f"sweep {spec.name}",
-                              description=f"Seeds and a grid of {spec.name} config values on Ray Tune.")
+        sub = subs.add_parser(spec.name, help=f"{kind} {spec.name}", description=description.format(agent=spec.name),
+                              **parser_options)
         agent_command.add_arguments(sub, spec)
-        for action in sub._actions:  # pylint: disable=protected-access  (the shared flags' sweep meaning)
+        for action in sub._actions:  # pylint: disable=protected-access  (the shared flags' meaning for trials)
             if action.dest == "logdir":
-                action.help = (f"sweep directory, one run directory per trial inside (default: "
-                               f"runs/sweep-{spec.name}-<timestamp>)")
+                action.help = (f"{kind} directory, one run directory per trial inside (default: "
+                               f"runs/{kind}-{spec.name}-<timestamp>)")
             elif action.dest == "seed":
-                action.help = "first seed; --seeds N runs seeds SEED .. SEED+N-1 (default: 0)"
+                action.help = seed_help
+        made.append((spec, sub))
+    return made
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    for spec, sub in add_trial_subparsers(parser, "sweep", "Seeds and a grid of {agent} config values on Ray Tune.",
+                                          "first seed; --seeds N runs seeds SEED .. SEED+N-1 (default: 0)"):
         sweep = sub.add_argument_group("sweep")
         sweep.add_argument("--seeds", type=int, default=1, metavar="N",
                            help="seeds per grid point: --seed, --seed+1, ... (default: 1)")
