@@ -229,7 +229,9 @@ def test_exported_policy_runs_evals_episodes_without_rlplat(tiny_run, tmp_path):
     # along 1000 closed-loop steps (seen: 1e-7 to 8e-6), into the returns' 7th digit.
     assert episode_gap <= 1e-4, episode_gap
     np.testing.assert_allclose(exported["returns"], eval_returns, rtol=1e-5, atol=0)
-    np.testing.assert_allclose(exported["returns"], cli_returns, rtol=0, atol=5e-4)  # printed with 3 decimals
+    # `rlplat eval` is the in-process eval, printed with 3 decimals; the exported returns reach it through
+    # the in-process ones, whose drift (above) may already carry them past the printed rounding.
+    np.testing.assert_allclose(cli_returns, eval_returns, rtol=0, atol=5e-4 + 1e-9)
     # A policy that only ever outputs ~0 would pass anything: this one uses its tanh's range.
     assert max(float(np.max(np.abs(a))) for a in eval_actions) > 0.5
 
