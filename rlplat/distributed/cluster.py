@@ -169,7 +169,8 @@ def _start_local(num_cpus: Optional[int], log_to_driver: bool, logging_level: in
     session = _own_session()
     restore = ray_auth.local_instance_token()
     try:
-        with _loopback_only(), session, loopback.preloaded_children(), _few_malloc_arenas():
+        with _loopback_only(), session, loopback.preloaded_children(), _few_malloc_arenas(), \
+                _lean_local_services(log_to_driver):
             ray.init(
                 address="local",  # never RAY_ADDRESS: no address means "start one here"
                 num_cpus=num_cpus,
@@ -178,6 +179,7 @@ def _start_local(num_cpus: Optional[int], log_to_driver: bool, logging_level: in
                 logging_level=logging_level,
                 configure_logging=True,
                 _temp_dir=temp_dir,  # not /tmp/ray, which every user of the host shares
+                _system_config=dict(_LOCAL_SYSTEM_CONFIG),
             )
     except BaseException:
         if not ray.is_initialized():
@@ -186,6 +188,56 @@ def _start_local(num_cpus: Optional[int], log_to_driver: bool, logging_level: in
     _restore_auth = restore
     _start_reaper(session.spawned)
     return _current(owned=True, local=True)
+
+
+# Ray starts one idle worker per CPU for the first driver, with the job's
+# (empty) runtime_env. Every rlplat worker asks for a runtime_env of its role,
+# so none of them is ever used: on a small machine they only took CPU from
+# the start-up that matters (two processes importing Ray beside the learner's).
+_LOCAL_SYSTEM_CONFIG = {"prestart_worker_first_driver": False}
+
+
+class _lean_local_services:  # pylint: disable=invalid-name
+    """The local instance started inside the block skips Ray services a private instance never uses.
+
+    ``ray.init`` passes no argument for these, so the block gives Ray's
+    ``RayParams`` other defaults (a Ray without that class starts everything):
+
+    - the dashboard agent's HTTP port is picked free (0) instead of the fixed
+      52365. Another Ray instance on the host (a test, a sweep trial, another
+      user's run) holds 52365, and the agent then retried the bind for ~3.5 s
+      while the raylet, and with it ``ray.init``, waited for the agent;
+    - no autoscaler monitor: a local instance has a fixed size, nothing to scale;
+    - no log monitor unless worker output goes to the driver
+      (``log_to_driver``): it only forwards that output, and the worker logs
+      stay in the session folder either way.
+    """
+
+    def __init__(self, log_to_driver: bool):
+        self._log_to_driver = bool(log_to_driver)
+
+    def __enter__(self):
+        from ray._private import parameter  # pylint: disable=g-import-not-at-top
+
+        self._parameter = parameter
+        self._saved = getattr(parameter, "RayParams", None)
+        if isinstance(self._saved, type):
+            base, log_to_driver = self._saved, self._log_to_driver
+
+            class LeanRayParams(base):  # pylint: disable=too-few-public-methods
+                def __init__(self, *args, **kwargs):
+                    kwargs.setdefault("dashboard_agent_listen_port", 0)
+                    kwargs.setdefault("no_monitor", True)
+                    kwargs.setdefault("include_log_monitor", log_to_driver)
+                    super().__init__(*args, **kwargs)
+
+            parameter.RayParams = LeanRayParams
+        return self
+
+    def __exit__(self, *exc_info):
+        if isinstance(self._saved, type):
+            self._parameter.RayParams = self._saved
+        return False
 
 
 # The reaper of the local instance this process started (see reaper.py).

@@ -121,6 +121,9 @@ class Driver:
         self.calls.check_signal()
         workers.connect(self.calls.install_signal_handlers)
         self.loop.startup_milestone("ray_up")
+        # The workers start first: the driver's own set-up below then runs
+        # while their processes start, instead of before.
+        workers.launch()
         if self.restored_step is not None:
             self.counts.restore(self.logdir, self.restored_step)
             damaged = [s for s in run_dir.damaged_steps(self.logdir) if s > self.restored_step]
@@ -130,7 +133,7 @@ class Driver:
                                      f"ckpt-{self.restored_step}")
         self._open_loggers()
         self._write_run_info()
-        ready = workers.start()
+        ready = workers.await_ready()
         self.loop.startup_milestone("learner_ready")
         self.loop.startup_milestone("replay_ready", ready.get("replay_ready_time"))
         self.counts.learner_steps = int(ready["learner_steps"])

@@ -2,7 +2,7 @@
 
 ``WorkerSet`` owns the handles and where each worker landed. It brings them
 up in the order ``rlplat.runners.on_ray`` describes (``connect``, then
-``start``), replaces an actor (``spawn_actor``), and ends them all
+``launch`` and ``await_ready``, or ``start`` for both), replaces an actor (``spawn_actor``), and ends them all
 (``kill_all``). ``kill_worker`` ends one worker for good.
 """
 
@@ -118,6 +118,16 @@ class WorkerSet:
 
     def start(self) -> Dict[str, Any]:
         """Starts replay, learner, actors and evaluator; returns the learner's ``ready()`` answer."""
+        self.launch()
+        return self.await_ready()
+
+    def launch(self) -> None:
+        """Asks Ray for replay, learner, actors and evaluator, without waiting for the learner.
+
+        The driver does its own set-up (loggers, run records) while the
+        workers start; ``await_ready`` then waits for the learner. A replay
+        server of its own is still waited for here: the learner needs its address.
+        """
         exp, layout, plan = self.experiment, self.layout, self.plan
         replay_host = "127.0.0.1" if self.connection.local else None
         if not self.colocate:
@@ -164,6 +174,9 @@ class WorkerSet:
                  weights_timeout_s=layout.weights_timeout_s, startup_timeout_s=layout.startup_timeout_s,
                  video=exp.video_every_evals > 0)
 
+    def await_ready(self) -> Dict[str, Any]:
+        """Waits for the learner ``launch`` started; returns its ``ready()`` answer."""
+        layout = self.layout
         ready = self.calls.get(self.learner.ready.remote(), layout.startup_timeout_s, "learner start")
         self.replay_address = ready["replay_address"]
         self.learner_workers = int(ready.get("num_workers", 1))

@@ -6,7 +6,8 @@ Start order: Ray -> replay (unless co-located in the learner) -> learner
 learner) -> actors and evaluator. Those are created without
 waiting for the learner, so their imports overlap its build; each asks the
 learner for the replay address and pulls weights before its first step (Ray
-answers once the learner is up). Then one control loop, in this process:
+answers once the learner is up). The driver opens its logs and writes its
+run records while they start. Then one control loop, in this process:
 
 - every actor always has one ``run_steps(chunk)`` call in flight (Ray calls
   are for control; the steps run inside the actor);

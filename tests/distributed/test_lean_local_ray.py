@@ -1,0 +1,55 @@
+"""A local Ray instance starts without the services a private instance never uses (start-up time).
+
+``cluster._lean_local_services`` gives Ray's ``RayParams`` other defaults while
+``ray.init`` starts the instance; ``_LOCAL_SYSTEM_CONFIG`` turns off the idle
+workers Ray would prestart for the first driver. The first test checks the
+defaults without starting Ray; the second starts one instance and looks at
+the processes it runs.
+"""
+
+import time
+
+import psutil
+import ray
+from ray._private import parameter
+
+from rlplat.distributed import cluster
+
+
+def test_lean_defaults_hold_inside_the_block_only_and_yield_to_explicit_values():
+    original = parameter.RayParams
+    with cluster._lean_local_services(log_to_driver=False):
+        params = parameter.RayParams()
+        assert params.dashboard_agent_listen_port == 0  # a free port, not the shared 52365
+        assert params.no_monitor is True
+        assert params.include_log_monitor is False
+        assert parameter.RayParams(dashboard_agent_listen_port=52366).dashboard_agent_listen_port == 52366
+    assert parameter.RayParams is original
+    with cluster._lean_local_services(log_to_driver=True):
+        assert parameter.RayParams().include_log_monitor is True  # it forwards worker output
+    assert parameter.RayParams().dashboard_agent_listen_port == 52365  # Ray's own default is back
+
+
+def test_local_instance_runs_no_monitors_and_no_idle_prestarted_workers():
+    assert not ray.is_initialized()
+    connection = cluster.connect(num_cpus=2)
+    try:
+        time.sleep(3.0)  # prestarted workers would be up by now
+        names = []
+        for proc in psutil.Process().children(recursive=True):
+            try:
+                names.append(" ".join(proc.cmdline()))
+            except psutil.Error:
+                pass
+        session = [n for n in names if connection.session_dir.rsplit("/", 1)[-1] in n or "ray::" in n]
+        assert any("gcs_server" in n for n in names), names
+        assert not [n for n in session if "log_monitor.py" in n or "autoscaler/_private/monitor.py" in n]
+        assert not [n for n in names if n.startswith("ray::IDLE")], names
+
+        @ray.remote(num_cpus=0)
+        def ping():
+            return "pong"
+
+        assert ray.get(ping.remote(), timeout=120) == "pong"  # a worker still starts when asked for
+    finally:
+        cluster.disconnect(connection)
