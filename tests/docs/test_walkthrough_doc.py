@@ -19,7 +19,8 @@ DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "walkthrough.m
 SHRUNK = {"--max-actor-steps 100000": "--max-actor-steps 2000",
           "--eval-every-steps 10000": "--eval-every-steps 1000",
           "--perturbation-interval 20000": "--perturbation-interval 1000",
-          "--seeds 3": "--seeds 2"}
+          "--seeds 3": "--seeds 2",
+          "--episodes 3": "--episodes 1"}
 
 
 def _block() -> str:
