@@ -49,6 +49,11 @@ def main(argv=None):
     parser.add_argument("--max-actor-steps", type=int, default=200_000)
     parser.add_argument("--eval-every", type=int, default=5_000, help="actor steps between evaluations")
     parser.add_argument("--eval-episodes", type=int, default=5)
+    parser.add_argument("--precisions", default=None, metavar="A,B",
+                        help="compare learner precisions in one run (e.g. fp32,auto): variants "
+                             "precision_A and precision_B, seeds interleaved A B, B A, ... so that machine "
+                             "load falls on both alike; the report gives B's median seconds to the target "
+                             "over A's")
     seeds_lib.add_sweep_arguments(parser, "D4PGConfig",
                                   os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = parser.parse_args(argv)
@@ -56,6 +61,8 @@ def main(argv=None):
     settings = {"env": args.env, "target": args.target, "num_actors": args.num_actors,
                 "max_actor_steps": args.max_actor_steps, "eval_every": args.eval_every,
                 "eval_episodes": args.eval_episodes, "overrides": overrides}
+    if args.precisions and not args.report_only:
+        return _compare_precisions(args, overrides, settings)
     if not args.report_only:
         seed_list = seeds_lib.seed_list(args)
         records = seeds_lib.run_seeds(args.out, BENCH, args.variant, seed_list, settings,
@@ -63,6 +70,38 @@ def main(argv=None):
         summary = seeds_lib.summarise(records, args.target, args.max_actor_steps)
         print(seeds_lib.summary_line(f"D4PG {args.env} [{args.variant}]", summary), flush=True)
     return write_report(args.out)
+
+
+def _compare_precisions(args, overrides, settings):
+    """Runs each seed at every precision of ``--precisions``, alternating which goes first."""
+    from rlplat import precision as precision_lib  # pylint: disable=g-import-not-at-top  (no TF)
+
+    names = [p.strip() for p in args.precisions.split(",") if p.strip()]
+    if len(names) != 2 or any(p not in precision_lib.PRECISIONS for p in names) or names[0] == names[1]:
+        raise SystemExit(f"--precisions {args.precisions!r}: give two of {', '.join(precision_lib.PRECISIONS)}, "
+                         "e.g. fp32,auto")
+    if "precision" in overrides:
+        raise SystemExit("--precisions sets precision itself; drop --set precision=...")
+    for i, seed in enumerate(seeds_lib.seed_list(args)):
+        for name in (names if i % 2 == 0 else names[::-1]):
+            chosen = dict(overrides, precision=name)
+            variant = f"precision_{name}"
+            run_args = argparse.Namespace(**dict(vars(args), variant=variant))
+            seeds_lib.run_seeds(args.out, BENCH, variant, [seed], dict(settings, overrides=chosen),
+                                lambda s, chosen=chosen, run_args=run_args: run_one(run_args, chosen, s),
+                                reuse=not args.no_reuse)
+    return write_report(args.out)
+
+
+def precision_ratio(report, a="precision_fp32", b="precision_auto"):
+    """B's median seconds to the target over A's (None unless both variants reached it)."""
+    variants = report["variants"]
+    if a not in variants or b not in variants:
+        return None
+    seconds = [variants[v]["summary"]["median_seconds_to_target"] for v in (a, b)]
+    if None in seconds or not seconds[0]:
+        return None
+    return {"over": a, "variant": b, "median_seconds": seconds, "ratio": seconds[1] / seconds[0]}
 
 
 def run_one(args, overrides, seed, bench=BENCH):
@@ -91,7 +130,9 @@ def run_one(args, overrides, seed, bench=BENCH):
           + (f"{hit['eval_return']:.1f} at {hit['actor_steps']:,} env steps, {hit['seconds']:.0f} s"
              if hit else f"not reached; best {max((p['eval_return'] for p in curve), default=None)}"),
           flush=True)
-    return {"eval_curve": curve, "total_wall_seconds": wall_s, "config": config.to_dict(),
+    with open(os.path.join(logdir, "run_info.json")) as f:
+        resolved = json.load(f).get("precision")  # what auto became on this machine
+    return {"eval_curve": curve, "total_wall_seconds": wall_s, "config": config.to_dict(), "precision": resolved,
             "env_steps_per_s": summary["actor_steps"] / wall_s,
             "summary": seeds_lib.scalar_summary(summary),
             "logdir": logdir}
@@ -112,6 +153,11 @@ def write_report(out_dir):
                                                "total_wall_seconds": r["total_wall_seconds"],
                                                "env_steps_per_s": r["env_steps_per_s"]} for r in records]}
         print(seeds_lib.summary_line(f"  {name}", summary))
+    ratio = precision_ratio(report)
+    if ratio is not None:
+        report["precision_ratio"] = ratio
+        print(f"  wall seconds to the target, median: {ratio['variant']} {ratio['median_seconds'][1]:.0f} s / "
+              f"{ratio['over']} {ratio['median_seconds'][0]:.0f} s = {ratio['ratio']:.2f}")
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, f"{BENCH}.json"), "w") as f:
         json.dump(report, f, indent=1)

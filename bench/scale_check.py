@@ -22,9 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import time
 
 import numpy as np
 
@@ -33,6 +31,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, ROOT)
 
+import cli_runs  # noqa: E402  pylint: disable=wrong-import-position
 import seeds  # noqa: E402  pylint: disable=wrong-import-position
 
 from rlplat import scale_check  # noqa: E402  pylint: disable=wrong-import-position
@@ -40,34 +39,6 @@ from rlplat.launch import scale_check_command  # noqa: E402  pylint: disable=wro
 from rlplat.utils import curves  # noqa: E402  pylint: disable=wrong-import-position
 
 RESULT = os.path.join(HERE, "results", "scale_check.json")
-
-
-def _rlplat() -> list:
-    script = os.path.join(os.path.dirname(sys.executable), "rlplat")
-    return [script] if os.path.exists(script) else [sys.executable, "-m", "rlplat.launch.cli"]
-
-
-def _run(argv: list, log: str) -> float:
-    """Runs one ``rlplat`` command, its output into ``log``; returns its wall seconds."""
-    print("$ rlplat " + " ".join(argv), flush=True)
-    start = time.monotonic()
-    with open(log, "w") as f:
-        code = subprocess.call(_rlplat() + argv, stdout=f, stderr=subprocess.STDOUT)
-    seconds = time.monotonic() - start
-    # scale-check exits 1 for a verdict other than "equivalent": a result, not a failure.
-    if code not in (0, 1):
-        sys.exit(f"scale_check: `rlplat {argv[0]}` exited {code}; see {log}")
-    return seconds
-
-
-def _trials(directory: str) -> dict:
-    """Run directory name -> path, for every trial in a sweep or scale-check directory."""
-    return {name: os.path.join(directory, name) for name in sorted(os.listdir(directory))
-            if os.path.exists(os.path.join(directory, name, "config.json"))}
-
-
-def _curve(path: str) -> list:
-    return curves.points(curves.load_run(path), "eval_return", "env_steps").tolist()
 
 
 def main(argv=None) -> int:
@@ -84,6 +55,8 @@ def main(argv=None) -> int:
     parser.add_argument("--workdir", default=os.path.join("/tmp", "rlplat_scale_check"))
     parser.add_argument("--out", default=RESULT)
     args = parser.parse_args(argv)
+    # scale-check exits 1 for a verdict other than "equivalent": a result, not a failure.
+    _run = lambda argv, log: cli_runs.run(argv, log, ok_codes=(0, 1), bench="scale_check")  # noqa: E731
 
     os.makedirs(args.workdir, exist_ok=True)
     common = ["--env", args.env, "--seeds", str(args.seeds), "--max-actor-steps", str(args.max_actor_steps),
@@ -102,9 +75,9 @@ def main(argv=None) -> int:
 
     with open(os.path.join(scale_dir, scale_check_command.RESULT_JSON)) as f:
         verdict = json.load(f)
-    group_a = [_curve(p) for p in verdict["runs_a"]]
-    group_b = [_curve(p) for p in verdict["runs_b"]]
-    broken = [_curve(p) for p in _trials(broken_dir).values()]
+    group_a = [cli_runs.eval_points(p) for p in verdict["runs_a"]]
+    group_b = [cli_runs.eval_points(p) for p in verdict["runs_b"]]
+    broken = [cli_runs.eval_points(p) for p in cli_runs.trial_dirs(broken_dir).values()]
     as_arrays = lambda runs: [np.asarray(c) for c in runs]  # noqa: E731
     starved = scale_check.compare(as_arrays(group_a), as_arrays(broken), label_a=verdict["label_a"],
                                   label_b=f"{verdict['label_a']}, samples_per_insert="
