@@ -83,6 +83,10 @@ def _pull_rate(d: Dict[str, Any]) -> List[str]:
 
 def _learning(d: Dict[str, Any]) -> List[str]:
     lines = [seeds.summary_line(name, variant["summary"]) for name, variant in sorted(d["variants"].items())]
+    ratio = d.get("precision_ratio")
+    if ratio:
+        lines.append(f"wall seconds to the target, median, {ratio['variant']} over {ratio['over']}: "
+                     f"{ratio['median_seconds'][1]:.0f} / {ratio['median_seconds'][0]:.0f} s = {ratio['ratio']:.2f}")
     return lines + ["full table: [results.md](results.md)"]
 
 
@@ -169,7 +173,11 @@ def _scaling(d: Dict[str, Any]) -> List[str]:
         lines.append("measured env steps/s by actors, learner off: " + ", ".join(
             f"{n}: {_fmt(v)}" for n, v in m["learner_off_env_steps_per_s"].items()) + "; learner on: " + ", ".join(
             f"{n}: {_fmt(v)}" for n, v in m["learner_on_env_steps_per_s"].items()))
-    lines += [f"model, {key}: bottleneck {text}" for key, text in d.get("bottlenecks", {}).items()]
+    for key, text in d.get("bottlenecks", {}).items():
+        last = d["model"][key][-1]
+        lag = f"; at {last['nodes']} nodes a lag of {last['lag_learner_steps']:,.0f} learner steps" \
+            if "lag_learner_steps" in last else ""
+        lines.append(f"model, {key}: bottleneck {text}{lag}")
     return lines + ["full model: [results/scaling.md](results/scaling.md)"]
 
 
@@ -202,6 +210,13 @@ def _scale_check(d: Dict[str, Any]) -> List[str]:
             f"{starved['difference']:+.1f}, interval [{starved['low']:+.1f}, {starved['high']:+.1f}])"]
 
 
+def _pbt_vs_grid(d: Dict[str, Any]) -> List[str]:
+    return [f"{name} ({len(d[name]['trials'])} trials, {d['settings']['max_actor_steps']:,} env steps each): "
+            f"best final return {_fmt(d[name]['best_final'])}, median final {_fmt(d[name]['median_final'])}, "
+            f"median mean return along the curve {_fmt(d[name]['median_auc'])}"
+            + (f"; {len(d['pbt']['lineage'])} exploits" if name == "pbt" else "") for name in ("pbt", "grid")]
+
+
 # bench module -> (result JSON, headline extractor). A bench without a result
 # yet is listed with "no result yet".
 BENCHES: Dict[str, tuple] = {
@@ -221,6 +236,7 @@ BENCHES: Dict[str, tuple] = {
     "envpool_eval": ("envpool_eval.json", _envpool),
     "bc_rollout_noise": ("bc_rollout_noise.json", _bc_noise),
     "scale_check": ("scale_check.json", _scale_check),
+    "pbt_vs_grid": ("pbt_vs_grid.json", _pbt_vs_grid),
 }
 
 

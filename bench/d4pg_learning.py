@@ -49,6 +49,8 @@ def main(argv=None):
     parser.add_argument("--max-actor-steps", type=int, default=200_000)
     parser.add_argument("--eval-every", type=int, default=5_000, help="actor steps between evaluations")
     parser.add_argument("--eval-episodes", type=int, default=5)
+    parser.add_argument("--weight-publish-period", type=int, default=1, metavar="STEPS",
+                        help="learner steps between published policy versions (RayLayoutConfig)")
     parser.add_argument("--precisions", default=None, metavar="A,B",
                         help="compare learner precisions in one run (e.g. fp32,auto): variants "
                              "precision_A and precision_B, seeds interleaved A B, B A, ... so that machine "
@@ -61,6 +63,8 @@ def main(argv=None):
     settings = {"env": args.env, "target": args.target, "num_actors": args.num_actors,
                 "max_actor_steps": args.max_actor_steps, "eval_every": args.eval_every,
                 "eval_episodes": args.eval_episodes, "overrides": overrides}
+    if args.weight_publish_period != 1:  # older records, all at 1, lack the key
+        settings["weight_publish_period"] = args.weight_publish_period
     if args.precisions and not args.report_only:
         return _compare_precisions(args, overrides, settings)
     if not args.report_only:
@@ -122,9 +126,12 @@ def run_one(args, overrides, seed, bench=BENCH):
                             max_actor_steps=args.max_actor_steps, logdir=logdir, seed=seed,
                             eval_every_actor_steps=args.eval_every, eval_episodes=args.eval_episodes,
                             target_eval_return=args.target, checkpoint_every_s=3600.0)
-    summary = run_on_ray(experiment, RayLayoutConfig(console=False))
+    summary = run_on_ray(experiment, RayLayoutConfig(
+        console=False, weight_publish_period=getattr(args, "weight_publish_period", 1)))
     wall_s = time.time() - start
-    curve = seeds_lib.eval_curve(seeds_lib.read_metrics(logdir), start)
+    records = seeds_lib.read_metrics(logdir)
+    curve = seeds_lib.eval_curve(records, start)
+    lags = [r["policy_lag"] for r in records if r.get("role") == "learner" and r.get("policy_lag") is not None]
     hit = seeds_lib.first_reaching(curve, args.target) if args.target is not None else None
     print(f"[{bench}/{args.variant}] seed {seed}: "
           + (f"{hit['eval_return']:.1f} at {hit['actor_steps']:,} env steps, {hit['seconds']:.0f} s"
@@ -133,6 +140,7 @@ def run_one(args, overrides, seed, bench=BENCH):
     with open(os.path.join(logdir, "run_info.json")) as f:
         resolved = json.load(f).get("precision")  # what auto became on this machine
     return {"eval_curve": curve, "total_wall_seconds": wall_s, "config": config.to_dict(), "precision": resolved,
+            "policy_lag_median": statistics.median(lags) if lags else None,
             "env_steps_per_s": summary["actor_steps"] / wall_s,
             "summary": seeds_lib.scalar_summary(summary),
             "logdir": logdir}

@@ -125,56 +125,70 @@ def costs() -> Dict[str, Any]:
 
     cfg = D4PGConfig()
     tp, cap, roof = _load("d4pg_throughput.json"), _load("replay_capacity.json"), _load("learner_roofline.json")
-    gpu = None
-    for name in ("learner_roofline_gpu_graph_cartpole.json", "learner_roofline_gpu_cartpole.json"):
-        if os.path.exists(os.path.join(HERE, "results", name)):
-            gpu = _load(name)
-            break
+    # The GPU proxy's speed depends on how its step is launched: eager kernels (the slow end) or one
+    # captured CUDA graph (the fast end); the model carries both.
+    gpu = {name: _load(f"{stem}.json") for name, stem in (("gpu eager", "learner_roofline_gpu_cartpole"),
+                                                          ("gpu graph", "learner_roofline_gpu_graph_cartpole"))
+           if os.path.exists(os.path.join(HERE, "results", f"{stem}.json"))}
     obs, act = roof["settings"]["obs_size"], roof["settings"]["action_size"]
-    policy_floats = obs * 256 + 256 + 2 * (256 * 256 + 256) + 256 * act + act  # the default policy's weights
+    widths = [obs, *cfg.policy_layer_sizes, act]
+    policy_floats = sum(a * b + b for a, b in zip(widths, widths[1:]))  # the default policy's weights
     return {
         "actor_env_steps_per_cpu_s": tp["actor"]["results"]["1"]["actor_steps_per_cpu_s"],
         "replay_inserts_per_s_per_server_core": cap["capacity"]["inserts_per_s_per_server_core"],
-        "learner_steps_per_s_cpu": roof["learner_steps_per_s"],
-        "learner_steps_per_s_gpu_proxy": gpu["learner_steps_per_s"] if gpu else None,
-        "gpu_device": gpu["device"] if gpu else None,
+        "learner_steps_per_s": {"cpu": roof["learner_steps_per_s"],
+                                **{name: d["learner_steps_per_s"] for name, d in gpu.items()}},
+        "gpu_device": next(iter(gpu.values()))["device"] if gpu else None,
         "batch": cfg.global_batch_size, "samples_per_insert": cfg.samples_per_insert,
-        "steps_per_call": roof["settings"]["steps_per_call"],
         "item_bytes": 4 * (2 * obs + act + 2),  # a packed n-step transition, float32
         "policy_bytes": 4 * policy_floats,
         "sources": {"actor": "d4pg_throughput.json actor.results.1", "replay": "replay_capacity.json capacity",
-                    "learner": "learner_roofline.json (+ the GPU proxy's JSON)"},
+                    "learner": "learner_roofline.json, learner_roofline_gpu_cartpole.json (eager), "
+                               "learner_roofline_gpu_graph_cartpole.json (CUDA graph)"},
         "machine": tp.get("machine") or roof["machine"],
     }
 
 
 def model(c: Dict[str, Any], nodes: int, cores: int, servers: int, learner: str, nic_gbit: float,
-          relay: bool = False) -> Dict[str, Any]:
-    """Each stage's ceiling in env steps/s for one cluster shape, and the bottleneck."""
+          publish_period: int = 1, per_node: bool = True) -> Dict[str, Any]:
+    """Each stage's ceiling in env steps/s for one cluster shape, the bottleneck, and the weights' lag.
+
+    Data first: the learner node's NIC carries each insert in and its sampled
+    copies out (replay lives with the learner), which sets the network's
+    ceiling. Weights get what the data leaves: the learner publishes a version
+    every ``publish_period`` learner steps, and each version leaves the NIC
+    once per node (``per_node``, as built) or once per actor. Where that does
+    not fit, fewer versions reach each node and the actors' lag grows; the run
+    does not stop.
+    """
     nic = nic_gbit * 1e9 / 8  # bytes/s
-    learner_rate = c["learner_steps_per_s_cpu"] if learner == "cpu" else c["learner_steps_per_s_gpu_proxy"]
-    versions_per_s = learner_rate / c["steps_per_call"]
     actors = nodes * cores
-    # Per env step the learner node's NIC moves: the insert in, its sampled
-    # copies out (replay lives with the learner), and the weights to remote
-    # actors (versions/s x bytes, independent of env steps: a fixed load).
     bytes_per_step = c["item_bytes"] * (1 + c["samples_per_insert"])
-    # With a per-node relay (not built) each node would fetch a version once.
-    weight_load = (nodes if relay else actors) * versions_per_s * c["policy_bytes"]
     ceilings = {
         "acting": actors * c["actor_env_steps_per_cpu_s"],
         "replay": servers * c["replay_inserts_per_s_per_server_core"],
-        "learner": learner_rate * c["batch"] / c["samples_per_insert"],
-        "network": max(0.0, nic - weight_load) / bytes_per_step,
+        "learner": c["learner_steps_per_s"][learner] * c["batch"] / c["samples_per_insert"],
+        "network": nic / bytes_per_step,
     }
     bottleneck = min(ceilings, key=ceilings.get)
+    env_rate = ceilings[bottleneck]
+    learner_rate = env_rate * c["samples_per_insert"] / c["batch"]  # learner steps/s at the system's rate
+    published = learner_rate / publish_period
+    room = max(0.0, nic - env_rate * bytes_per_step)
+    copies = nodes if per_node else actors
+    delivered = min(published, room / (copies * c["policy_bytes"]))
+    # Learner steps between two versions an actor can get: the most it acts behind the learner.
+    lag = learner_rate / delivered if delivered > 0 else float("inf")
     return {"nodes": nodes, "cores_per_node": cores, "actors": actors, "servers": servers, "learner": learner,
-            "ceilings": ceilings, "env_steps_per_s": ceilings[bottleneck], "bottleneck": bottleneck,
-            "weight_bytes_per_s": weight_load, "nic_bytes_per_s": nic}
+            "publish_period": publish_period, "per_node": per_node,
+            "ceilings": ceilings, "env_steps_per_s": env_rate, "bottleneck": bottleneck,
+            "learner_steps_per_s": learner_rate, "versions_per_s_published": published,
+            "versions_per_s_per_node": delivered, "lag_learner_steps": lag, "nic_binds_weights": delivered < published,
+            "weight_bytes_per_s": copies * delivered * c["policy_bytes"], "nic_bytes_per_s": nic}
 
 
-def table(c, cores, servers, learner, nic_gbit, relay=False) -> List[Dict[str, Any]]:
-    return [model(c, n, cores, servers, learner, nic_gbit, relay) for n in NODE_COUNTS]
+def table(c, cores, servers, learner, nic_gbit, publish_period=1, per_node=True) -> List[Dict[str, Any]]:
+    return [model(c, n, cores, servers, learner, nic_gbit, publish_period, per_node) for n in NODE_COUNTS]
 
 
 def first_break(rows: List[Dict[str, Any]]) -> str:
@@ -204,37 +218,44 @@ def render(report: Dict[str, Any]) -> str:
             lines.append(f"| {n} | {m['learner_off_env_steps_per_s'][str(n)]:,.0f} | "
                          f"{m['learner_on_env_steps_per_s'][str(n)]:,.0f} |")
         lines.append("")
+    speeds = c["learner_steps_per_s"]
     lines += ["## Costs the model uses", "",
               f"- one actor process: {c['actor_env_steps_per_cpu_s']:,.0f} env steps per CPU-second",
               f"- one Reverb server core: {c['replay_inserts_per_s_per_server_core']:,.0f} inserts/s "
               f"with their {c['samples_per_insert']:g} sampled items each",
-              f"- learner: {c['learner_steps_per_s_cpu']:,.1f} steps/s on this CPU; "
-              + (f"{c['learner_steps_per_s_gpu_proxy']:,.0f} steps/s on {c['gpu_device']} "
-                 "(same-shape PyTorch proxy, not rlplat's learner)" if c["learner_steps_per_s_gpu_proxy"]
-                 else "no GPU figure"),
+              "- learner steps/s: " + "; ".join(f"{_LEARNERS.get(k, k).format(gpu=c['gpu_device'])} {v:,.0f}"
+                                                for k, v in speeds.items()),
               f"- {c['item_bytes']} bytes per transition, {c['policy_bytes'] / 1e3:,.0f} kB of policy weights "
-              f"per version, a version every {c['steps_per_call']} learner steps", ""]
+              "per version", ""]
     for key, rows in report["model"].items():
         lines += [f"## Model: {key}", "", "| actor nodes | actors | acting | replay | learner | network | "
-                  "env steps/s | bottleneck |", "|---|---|---|---|---|---|---|---|"]
+                  "env steps/s | bottleneck | versions/s to each node | lag (learner steps) |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             ce = r["ceilings"]
+            lag = f"{r['lag_learner_steps']:,.0f}" + (" (NIC-bound)" if r["nic_binds_weights"] else "")
             lines.append(f"| {r['nodes']} | {r['actors']} | {ce['acting']:,.0f} | {ce['replay']:,.0f} | "
                          f"{ce['learner']:,.0f} | {ce['network']:,.0f} | {r['env_steps_per_s']:,.0f} | "
-                         f"{r['bottleneck']} |")
+                         f"{r['bottleneck']} | {r['versions_per_s_per_node']:,.1f} | {lag} |")
         lines += ["", f"The bottleneck as actor nodes are added: **{first_break(rows)}**.", ""]
     lines += ["Assumptions: one core per actor process and per Reverb server; replay on the learner's node, "
-              "so its NIC carries inserts, samples and weights; each remote actor pulls every new weight "
-              "version once (at a pull every 10 steps an actor asks more often than versions change). A "
-              "network ceiling of 0 means the weights alone fill the learner's NIC. Network and protocol "
-              "overheads are not counted, so the network ceiling is optimistic.", "",
-              "Reading: on a CPU learner the learner binds from the first node; more actors only add load. "
-              "With a GPU learner (8x the steps) the weights that every remote actor fetches, "
-              "versions/s x actors x policy bytes, fill a 10 Gbit/s NIC at the first node: the next step is "
-              "to relay weights once per node (one fetch per node into that node's shared-memory block, as "
-              "actors on the learner's host already read them), which divides that load by the cores per node.",
-              ""]
+              "so its NIC carries inserts and samples first, and the weights get what is left: each "
+              "published version leaves it once per actor node (rlplat's per-node path) or once per actor "
+              "(`--weights-per-actor`). Where the weights do not fit, fewer versions reach each node and "
+              "the lag (learner steps between two versions an actor can get; the most it acts behind) "
+              "grows; the run goes on. Network and protocol overheads are not counted.", "",
+              "Reading: on a CPU learner the learner binds from the first node. A GPU learner publishing "
+              "every step sends versions/s x nodes x policy bytes; once per actor that fills a 10 Gbit/s "
+              "NIC at the first node and the lag runs to hundreds of learner steps, once per node it "
+              "grows with the node count; `--weight-publish-period` bounds the traffic, and the lag is "
+              "then the period.", ""]
     return "\n".join(lines)
+
+
+_LEARNERS = {"cpu": "this CPU", "gpu eager": "{gpu} proxy, eager", "gpu graph": "{gpu} proxy, CUDA graph"}
+# (learner, replay servers, publish period, weights once per node): the shapes the model is run for.
+_SHAPES = (("cpu", 1, 1, True), ("gpu eager", 4, 1, True), ("gpu graph", 4, 1, False), ("gpu graph", 4, 1, True),
+           ("gpu graph", 4, 100, True))
 
 
 def plot(report: Dict[str, Any], path: str) -> None:
@@ -296,17 +317,13 @@ def main(argv=None) -> int:
     report["costs"] = c = costs()
     report["machine"] = c["machine"]
     report["model"] = {}
-    for learner in ("cpu", "gpu"):
-        if learner == "gpu" and not c["learner_steps_per_s_gpu_proxy"]:
+    for learner, servers, period, per_node in _SHAPES:
+        if learner not in c["learner_steps_per_s"]:
             continue
-        for servers in (1, 4):
-            key = (f"learner on {'this CPU' if learner == 'cpu' else c['gpu_device'] + ' (proxy)'}, "
-                   f"{servers} replay server(s), {args.cores_per_node} cores per node, {args.nic_gbit:g} Gbit/s")
-            report["model"][key] = table(c, args.cores_per_node, servers, learner, args.nic_gbit)
-        if learner == "gpu":
-            key = (f"learner on {c['gpu_device']} (proxy), 4 replay server(s), {args.cores_per_node} cores per "
-                   f"node, {args.nic_gbit:g} Gbit/s, weights relayed once per node (not built)")
-            report["model"][key] = table(c, args.cores_per_node, 4, learner, args.nic_gbit, relay=True)
+        key = (f"learner on {_LEARNERS[learner].format(gpu=c['gpu_device'])}, {servers} replay server(s), "
+               f"{args.cores_per_node} cores per node, {args.nic_gbit:g} Gbit/s, a version every {period} "
+               f"learner step(s), weights once per {'node' if per_node else 'actor'}")
+        report["model"][key] = table(c, args.cores_per_node, servers, learner, args.nic_gbit, period, per_node)
     report["bottlenecks"] = {key: first_break(rows) for key, rows in report["model"].items()}
     os.makedirs(args.out, exist_ok=True)
     with open(path, "w") as f:

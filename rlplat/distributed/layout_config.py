@@ -54,6 +54,16 @@ class RayLayoutConfig:
         learner sets the pace, it did not change env steps/s
         (``bench/d4pg_pull_rate.py``), and the learning results were
         measured with the waiting pull.
+      weights_per_node: actors on a node other than the learner's get each
+        published policy version as an object reference, so Ray moves it to
+        the node once and its actors share that copy
+        (``rlplat.distributed.weight_publisher``); False: each actor pulls
+        every version over Ray (``--weights-per-actor``, for comparison).
+      weight_publish_period: learner steps between two published policy
+        versions (``--weight-publish-period``): what actors act on, and how
+        often weights cross the network. 1 keeps the actors' lag at about
+        one learner step, at which every learning result here was measured;
+        larger bounds a fast learner's traffic (``bench/scaling.py``).
       log_to_driver: forward worker stdout/stderr to the console.
       num_learner_workers: learner PROCESSES (``--num-learner-workers``). 1 is
         one ``LearnerWorker``. W > 1 starts a ``learner_group.LearnerGroup`` of
@@ -126,11 +136,13 @@ class RayLayoutConfig:
     debug_eager: bool = False
     envs_per_actor: int = 1
     shared_weights: bool = True
+    weights_per_node: bool = True
+    weight_publish_period: int = 1
 
     def __post_init__(self):
         self._check_placement()
         for name in ("actor_chunk_steps", "learner_chunk_steps", "num_learner_workers", "envs_per_actor",
-                     "num_replay_shards"):
+                     "num_replay_shards", "weight_publish_period"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 (got {getattr(self, name)})")
         if self.actor_max_restarts < 0:

@@ -301,6 +301,10 @@ class LearnerGroup(LearnerService):
         """The chief's ``replay_counts``."""
         return self._chief(lambda m: m.replay_counts.remote(float(timeout_s)), "replay_counts")
 
+    def policy_ref_if_newer(self, version: int):
+        """Not served: a group publishes no per-node policy (``shared_weights_info`` is None)."""
+        raise RuntimeError("a learner group serves weights through get_variables_if_newer only")
+
     def shared_weights_info(self) -> None:
         """None: a group serves weights over Ray only."""
         return None

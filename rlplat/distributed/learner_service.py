@@ -34,12 +34,17 @@ class WeightServer(Protocol):
         """As ``get_variables``, or None when nothing is newer than ``version``."""
 
     def shared_weights_info(self) -> Optional[Dict[str, Any]]:
-        """Where this host's actors read the policy from shared memory; None: pull over Ray."""
+        """Where actors read the published policy: the learner's node id, its shared-memory block
+        for actors on that node, ``per_node`` references for the others; None: pull over Ray."""
 
 
 @runtime_checkable
 class LearnerService(WeightServer, Protocol):
     """Every call a learner answers over Ray."""
+
+    def policy_ref_if_newer(self, version: int) -> Optional[Tuple[int, List[Any]]]:
+        """``(version, [ObjectRef of the policy arrays])`` if a newer version is published, else None:
+        what actors on other nodes pull (``rlplat.distributed.weight_publisher``)."""
 
     def ready(self) -> Dict[str, Any]:
         """What the driver needs once the learner is up: replay address, step, devices, ..."""

@@ -14,11 +14,16 @@ default period of 10 actor steps, well under one learner step), and the
 round trip leaves the actor's critical path; the first pull, with nothing to
 act with yet, still waits.
 
-On the learner's host, after the first pull, ``shared_weights`` replaces the
-round trip: the learner publishes every new policy version into shared
-memory and the source reads it there (``rlplat.distributed.shared_weights``).
-Other hosts, other variable names, and a block that cannot be attached or
-read keep the Ray path.
+After the first pull the source asks the learner once where its published
+policy lives (``rlplat.distributed.weight_publisher``):
+
+- on the learner's node, it reads new versions from the learner's shared
+  memory (``rlplat.distributed.shared_weights``): no round trip at all;
+- on another node (``per_node``), it asks for the newest version's object
+  reference and resolves it with ``ray.get``, so Ray moves each version to
+  the node once and every actor there reads that one copy;
+- otherwise (a learner group, ``per_node`` off, a block that cannot be read)
+  every pull carries the weights over Ray, as the first one did.
 """
 
 from __future__ import annotations
@@ -54,7 +59,7 @@ class RemoteVariableSource(core.VariableSource):
     """
 
     def __init__(self, handle, timeout_s: float = 60.0, first_timeout_s: Optional[float] = None,
-                 prefetch: bool = False, shared: bool = True):
+                 prefetch: bool = False, shared: bool = True, per_node: bool = True):
         if isinstance(handle, str):
             handle = ray.get_actor(handle)
         self._handle = handle
@@ -67,6 +72,9 @@ class RemoteVariableSource(core.VariableSource):
         self._in_flight: Dict[Tuple[str, ...], Tuple[object, float]] = {}  # key -> (ref, sent)
         self._want_shared = bool(shared)
         self._shared = None  # SharedWeightsReader once attached
+        self._want_per_node = bool(per_node)
+        self._asked_where = not (self._want_shared or self._want_per_node)  # _attach asks once
+        self._by_reference = False  # pulls answered with an object reference (another node)
         self.num_shared_reads = 0  # pulls answered from shared memory (new versions or not)
 
     @property
@@ -86,12 +94,12 @@ class RemoteVariableSource(core.VariableSource):
             self.num_shared_reads += 1
             self._adopt(key, fresh)
             return self._cache[key]
-        if self._want_shared and key == ("policy",) and key in self._cache:
+        if not self._asked_where and key == ("policy",) and key in self._cache:
             self._attach()
         if not self._prefetch or key not in self._cache:
             held_version = self._cache[key][0] if key in self._cache else -1
-            self._adopt(key, self._wait(self._handle.get_variables_if_newer.remote(list(names), held_version),
-                                        "get_variables_if_newer"))
+            self._adopt(key, self._resolve(key, self._wait(self._request(key, held_version), self._method(key)),
+                                           time.monotonic()))
             return self._cache[key]
         if key in self._in_flight:
             ref, sent = self._in_flight[key]
@@ -99,22 +107,53 @@ class RemoteVariableSource(core.VariableSource):
             if not ready and time.monotonic() - sent < self._timeout_s:
                 return self._cache[key]  # still on its way: act on with what we hold
             del self._in_flight[key]
-            self._adopt(key, self._get(ref, max(0.0, self._timeout_s - (time.monotonic() - sent)),
-                                       "get_variables_if_newer"))
-        ref = self._handle.get_variables_if_newer.remote(list(names), self._cache[key][0])
-        self._in_flight[key] = (ref, time.monotonic())
+            answer = self._get(ref, max(0.0, self._timeout_s - (time.monotonic() - sent)), self._method(key))
+            self._adopt(key, self._resolve(key, answer, sent))
+        self._in_flight[key] = (self._request(key, self._cache[key][0]), time.monotonic())
         return self._cache[key]
 
+    def _by_ref(self, key: Tuple[str, ...]) -> bool:
+        return self._by_reference and key == ("policy",)
+
+    def _method(self, key: Tuple[str, ...]) -> str:
+        return "policy_ref_if_newer" if self._by_ref(key) else "get_variables_if_newer"
+
+    def _request(self, key: Tuple[str, ...], held_version: int):
+        """Sends the pull of ``key`` newer than ``held_version``; returns Ray's reference to the answer."""
+        if self._by_ref(key):
+            return self._handle.policy_ref_if_newer.remote(held_version)
+        return self._handle.get_variables_if_newer.remote(list(key), held_version)
+
+    def _resolve(self, key: Tuple[str, ...], answer, sent: float):
+        """A pull's answer as ``(version, {name: arrays})`` (or None): an object reference is fetched
+        here, from this node's object store once any actor on the node has fetched it."""
+        if answer is None or not self._by_ref(key):
+            return answer
+        version, (ref,) = answer
+        arrays = self._get(ref, max(0.0, self._timeout_s - (time.monotonic() - sent)), "policy_ref_if_newer")
+        return version, {"policy": list(arrays)}
+
     def _attach(self) -> None:
-        """Asks the learner once where its shared weights are; attaches if on this host."""
+        """Asks the learner once where its published policy is: shared memory on its node, or
+        object references for other nodes (``rlplat.distributed.weight_publisher``)."""
         from rlplat.distributed.shared_weights import SharedWeightsReader  # pylint: disable=g-import-not-at-top
 
-        self._want_shared = False
+        self._asked_where = True
         try:
             info = self._wait(self._handle.shared_weights_info.remote(), "shared_weights_info")
         except (AttributeError, LearnerUnavailableError, ray.exceptions.RayError):
-            return  # a learner without it (e.g. a learner group): keep pulling over Ray
-        self._shared = SharedWeightsReader.attach(info)
+            info = None  # a learner without it: keep pulling over Ray
+        here = ray.get_runtime_context().get_node_id()
+        learner_node = (info or {}).get("node_id")
+        if self._want_shared and info and learner_node in (None, here):  # node ids: nodes may share a host name
+            self._shared = SharedWeightsReader.attach(info)
+        if self._shared is not None or learner_node == here or not self._want_per_node:
+            return
+        if info and info.get("per_node"):
+            self._by_reference = True
+        else:
+            print("rlplat: actor: the learner serves no per-node weights (a learner group or an older "
+                  "learner); each actor pulls every version over Ray", flush=True)
 
     def _adopt(self, key: Tuple[str, ...], fresh) -> None:
         if fresh is not None:

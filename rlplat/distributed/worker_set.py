@@ -153,7 +153,8 @@ class WorkerSet:
                      num_actors=exp.num_actors, replay_host=replay_host,
                      restore_step=self.restored_step, threads=plan.learner_threads,
                      use_gpus=bool(plan.learner_gpus),
-                     replay_checkpoint=layout.replay_checkpoint, debug_eager=layout.debug_eager)
+                     replay_checkpoint=layout.replay_checkpoint, debug_eager=layout.debug_eager,
+                     weight_publish_period=layout.weight_publish_period)
 
         # Actors and evaluator start now, so their imports overlap with the
         # learner's build; each asks the learner for the replay address and
@@ -230,7 +231,8 @@ class WorkerSet:
                                       incarnation=incarnation,
                                       prefetch_weights=layout.prefetch_weights,
                                       envs_per_actor=layout.envs_per_actor,
-                                      shared_weights=layout.shared_weights)
+                                      shared_weights=layout.shared_weights,
+                                      weights_per_node=layout.weights_per_node)
 
     def _report_placement(self) -> None:
         """Prints the node each worker landed on; records it in run_info.json.

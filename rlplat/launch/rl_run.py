@@ -77,6 +77,13 @@ def add_run_flags(parser: argparse.ArgumentParser, agent: str, default_env: str,
                         help="Reverb servers, each in its own process: actor i writes to shard i %% S and "
                              "every learner batch takes an equal share from each, so samples-per-insert "
                              "holds for the whole run; --num-actors must be a multiple of S (default: 1)")
+    parser.add_argument("--weight-publish-period", type=int, default=1, metavar="STEPS",
+                        help="learner steps between two published policy versions, which actors act on: "
+                             "larger bounds how often weights cross the network, at the price of actors "
+                             "acting on older weights (the lag shows in the status line) (default: 1)")
+    parser.add_argument("--weights-per-actor", action="store_true",
+                        help="actors on other nodes each pull every policy version over Ray, instead of "
+                             "one copy per node through Ray's object store (for comparison)")
     parser.add_argument("--debug-eager", action="store_true",
                         help="run each learner step eagerly on one device through the same step "
                              "function, so a breakpoint() in it stops there (attach with `ray debug`); "
@@ -350,6 +357,8 @@ def layout_kwargs_from_args(args: argparse.Namespace) -> Dict[str, Any]:
                 debug_eager=args.debug_eager,
                 envs_per_actor=args.envs_per_actor,
                 num_replay_shards=args.num_replay_shards,
+                weight_publish_period=args.weight_publish_period,
+                weights_per_node=not args.weights_per_actor,
                 **common.placement_from_args(args))
 
 

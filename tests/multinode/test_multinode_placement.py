@@ -16,37 +16,22 @@ between two processes), and the group actor and replay sit next to the chief.
 import datetime
 import json
 import os
-import shutil
-import subprocess
 
 import pytest
+from namespace_cluster import HEAD, REPO, W1, W2, namespaces_work
+from namespace_cluster import script as _script
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(REPO, "scripts", "multinode_cluster.sh")
-HEAD, W1, W2 = "10.231.7.1", "10.231.7.2", "10.231.7.3"
 DASHBOARD = f"http://{HEAD}:8266"
 MAX_ACTOR_STEPS = 2000
 GROUP_ACTOR_STEPS = 1200
 NUM_ACTORS = 2
 
 
-
-def _namespaces_work() -> bool:
-    """Root, the tools, and a kernel/container that lets us make PID + network namespaces."""
-    if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        return False
-    if not all(shutil.which(t) for t in ("unshare", "nsenter", "ip")):
-        return False
-    probe = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "--net", "--", "ip", "link",
-                            "add", "probe0", "type", "bridge"], capture_output=True, timeout=30)
-    return probe.returncode == 0
-
-
 pytestmark = [
     pytest.mark.usefixtures("loopback_cluster_turn"),  # one fake cluster on the machine at a time
     pytest.mark.multiprocess,
     pytest.mark.slow,
-    pytest.mark.skipif(not _namespaces_work(),
+    pytest.mark.skipif(not namespaces_work(),
                        reason="needs root, unshare/nsenter/ip and permission to create PID and "
                               "network namespaces (scripts/multinode_cluster.sh)"),
     pytest.mark.skipif(not os.path.exists(os.path.join(REPO, ".venv", "bin", "ray")),
@@ -56,6 +41,7 @@ pytestmark = [
 # Runs on the head after the training run: every node, and every actor the
 # run created (dead by now; the GCS keeps their records).
 _STATE_QUERY = f"""
+import datetime
 import json
 from ray.util.state import list_actors, list_nodes
 nodes = list_nodes(address={DASHBOARD!r}, timeout=30)
@@ -67,10 +53,6 @@ print(json.dumps({{
                  "pid": a.pid, "actor_id": a.actor_id}} for a in actors],
 }}))
 """
-
-
-def _script(*args, timeout):
-    return subprocess.run([SCRIPT, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

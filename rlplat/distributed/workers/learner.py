@@ -7,7 +7,6 @@ memory for actors on its host, and serves weights to the others
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import threading
@@ -20,6 +19,7 @@ from rlplat import core
 from rlplat import run_dir
 from rlplat.distributed import process
 from rlplat.distributed.learner_service import LearnerService
+from rlplat.distributed.weight_publisher import WeightPublisher
 from rlplat.distributed.workers import common
 from rlplat.distributed.workers.replay import start_reverb
 from rlplat.distributed.workers.evaluator import UNBOUND_SOURCE
@@ -74,7 +74,7 @@ class LearnerWorker(LearnerService):
                  use_gpus: bool = False,
                  max_checkpoints_to_keep: int = 3, tf_config: Optional[Dict[str, Any]] = None,
                  collective_timeout_s: Optional[float] = None, replay_checkpoint: bool = False,
-                 debug_eager: bool = False):
+                 debug_eager: bool = False, weight_publish_period: int = 1):
         if tf_config is not None:
             if replay_address is None:
                 raise ValueError("a learner worker of a multi-worker group cannot host replay; "
@@ -119,7 +119,6 @@ class LearnerWorker(LearnerService):
             max_to_keep=max_checkpoints_to_keep, **self._learner.checkpointables())
         self._restored_step = None if restore_step is None else self._checkpointer.restore(restore_step)
         self._finite_weights: Dict[Tuple[str, ...], Tuple[int, Dict[str, List[np.ndarray]]]] = {}
-        self._shared_failed = False
         self._step_lock = threading.Lock()   # a step and a checkpoint never overlap
         self._train_lock = threading.Lock()  # one train() at a time
         self._stop = threading.Event()
@@ -128,11 +127,12 @@ class LearnerWorker(LearnerService):
         # server's insert count starts at the checkpoint's.
         self._inserts_at_start = self._replay_inserts()
         self._first_step_inserts: Optional[int] = None
-        # Actors on this host read new policy versions from shared memory
-        # instead of asking over Ray (``shared_weights``); the chief publishes.
-        self._shared = None
-        if self._replicator.is_chief and tf_config is None:  # a learner group serves over Ray only
-            self._publish_weights()
+        # Actors act on published versions: in shared memory for this node, one object per version
+        # for each other node (``weight_publisher``). A learner group serves its chief's over Ray only.
+        self._publisher: Optional[WeightPublisher] = None
+        if self._replicator.is_chief and tf_config is None:
+            self._publisher = WeightPublisher(lambda: self.get_variables(["policy"]), weight_publish_period)
+            self._publisher.publish()
 
     def ready(self) -> Dict[str, Any]:
         """What the driver needs once the learner is up."""
@@ -196,8 +196,8 @@ class LearnerWorker(LearnerService):
                     metrics = self._learner.step()
                 if self._first_step_time is None:
                     self._first_step_time = time.time()
-                if self._shared is not None:
-                    self._publish_weights()
+                if self._publisher is not None:
+                    self._publisher.maybe_publish(self._learner.num_steps)
                 input_wait += float(metrics.get("input_wait_s", 0.0))
                 first = self._first_step_inserts is None and self._inserts_at_start is not None
                 if first:
@@ -213,6 +213,8 @@ class LearnerWorker(LearnerService):
                         # Starved (near 1: actors or replay set the pace) or compute-bound (near 0).
                         "learner_input_wait_fraction": min(1.0, input_wait / max(seconds, 1e-9))})
             out.pop("input_wait_s", None)
+            if self._publisher is not None:
+                out.update(self._publisher.counts())
             if first_call and self._first_step_inserts is not None:
                 out["replay_inserts_before_first_step"] = self._first_step_inserts
             if first_call and self._first_step_time is not None:
@@ -254,33 +256,22 @@ class LearnerWorker(LearnerService):
         return self._finite_weights[key]
 
     def get_variables_if_newer(self, names: Sequence[str], version: int):
-        """(version, weights) if the learner's newest finite version is newer than ``version``, else None."""
-        current, weights = self.get_variables(names)
+        """(version, weights) if newer than ``version``, else None: the policy's newest published
+        version (``weight_publisher``), other variables' newest finite one."""
+        published = self._publisher.latest() if self._publisher is not None and list(names) == ["policy"] else None
+        current, weights = published if published is not None else self.get_variables(names)
         return None if current <= version else (current, weights)
 
+    def policy_ref_if_newer(self, version: int):
+        """``(version, [ObjectRef])`` of the newest published policy if newer than ``version``, else None
+        (``WeightPublisher.ref_if_newer``): for actors on other nodes."""
+        if self._publisher is None:
+            raise RuntimeError("this learner publishes no policy (a learner group member); pull it instead")
+        return self._publisher.ref_if_newer(version)
+
     def shared_weights_info(self) -> Optional[Dict[str, Any]]:
-        """Where this host's actors read the policy weights (``SharedWeightsReader.attach``); None: pull over Ray."""
-        return None if self._shared is None else self._shared.info()
-
-    def _publish_weights(self) -> None:
-        """Writes the current policy version into shared memory (creating the block the first time)."""
-        version, weights = self.get_variables(["policy"])
-        arrays = weights["policy"]
-        if self._shared is None:
-            if self._shared_failed:
-                return
-            from rlplat.distributed.shared_weights import SharedWeightsWriter  # pylint: disable=g-import-not-at-top
-
-            try:
-                self._shared = SharedWeightsWriter(arrays)
-            except OSError as e:  # no /dev/shm room: actors pull over Ray as before
-                self._shared_failed = True
-                print(f"rlplat: shared memory: {e.strerror or e}; actors on this host pull weights "
-                      "over Ray instead",
-                      flush=True)
-                return
-            atexit.register(self._shared.close)
-        self._shared.publish(version, arrays)
+        """Where actors read the published policy (``WeightPublisher.shared_info``); None: pull over Ray."""
+        return None if self._publisher is None else self._publisher.shared_info()
 
     def save_checkpoint(self, timeout_s: float = 60.0) -> Dict[str, Any]:
         """Saves a checkpoint between two steps; returns ``{"path", "step"}``.
@@ -317,9 +308,8 @@ class LearnerWorker(LearnerService):
 
     def release_shared_weights(self) -> None:
         """Removes the shared-memory weights (the driver calls it before ending this worker)."""
-        if self._shared is not None:
-            self._shared.close()
-            self._shared = None
+        if self._publisher is not None:
+            self._publisher.close()
 
     def stop_replay(self) -> None:
         """Stops a co-located Reverb server (actors' writers then fail fast)."""
