@@ -99,6 +99,7 @@ CASES = [
     ("video-every-negative", [*D4PG, "--video-every", "-1"], ["--video-every must be >= 0"]),
     ("envs-per-actor-zero", [*D4PG, "--envs-per-actor", "0"], ["--envs-per-actor must be >= 1"]),
     ("replay-shards-zero", [*D4PG, "--num-replay-shards", "0"], ["--num-replay-shards must be >= 1"]),
+    ("publish-period-zero", [*D4PG, "--weight-publish-period", "0"], ["--weight-publish-period must be >= 1"]),
     ("replay-shards-uneven", [*D4PG, "--num-actors", "3", "--num-replay-shards", "2"],
      ["--num-actors 3 is not a multiple of --num-replay-shards 2"]),
     ("replay-shards-checkpointed", [*D4PG, "--num-actors", "2", "--num-replay-shards", "2", "--replay-checkpoint"],
