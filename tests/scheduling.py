@@ -31,7 +31,8 @@ from typing import Dict
 
 MODULE_SECONDS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "module_seconds.json")
 # Modules that hold the ``loopback_cluster_turn`` fixture (tests/conftest.py).
-CLUSTER_MODULES = ("tests/clusters/test_ray_up_loopback.py", "tests/multinode/test_multinode_placement.py")
+CLUSTER_MODULES = ("tests/clusters/test_ray_up_loopback.py", "tests/multinode/test_multinode_placement.py",
+                   "tests/multinode/test_multinode_weights.py")
 CLUSTER_UNIT = "fake-cluster modules"
 
 

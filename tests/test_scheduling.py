@@ -1,5 +1,8 @@
 """tests/scheduling.py: the order and units of work the suite's modules are handed out in (pure logic)."""
 
+import os
+import re
+
 import scheduling
 
 SECONDS = {"tests/a/test_long.py": 300.0, "tests/b/test_mid.py": 40.0,
@@ -32,3 +35,18 @@ def test_the_recorded_file_names_real_modules():
     root = scheduling.os.path.dirname(scheduling.MODULE_SECONDS_FILE)
     missing = [m for m in seconds if not scheduling.os.path.exists(scheduling.os.path.join(root, "..", m))]
     assert not missing, f"renamed or removed modules; refresh the file ({missing})"
+
+
+def test_every_module_that_takes_the_fake_cluster_turn_is_in_one_unit():
+    """A module holding ``loopback_cluster_turn`` outside ``CLUSTER_MODULES`` would run on the other
+    worker at the same time and only wait there for the lock, its worker idle."""
+    root = os.path.dirname(os.path.abspath(__file__))
+    holders = set()
+    for folder, _, files in os.walk(root):
+        for name in files:
+            if name.startswith("test_") and name.endswith(".py"):
+                path = os.path.join(folder, name)
+                with open(path, encoding="utf-8") as f:
+                    if re.search(r'^\s*@?pytest\.mark\.usefixtures\("loopback_cluster_turn"\)', f.read(), re.M):
+                        holders.add(os.path.relpath(path, os.path.dirname(root)))
+    assert holders == set(scheduling.CLUSTER_MODULES)

@@ -29,7 +29,9 @@ from cli_testlib import run_rlplat_as_user
 # D4PG (Ray) and supervised runs: not for scripts/test.sh --fast.
 pytestmark = pytest.mark.multiprocess
 
-TIME_LIMIT_S = 15.0
+# A bound on blocking, not a speed test: a refusal comes before Ray and TensorFlow (checked
+# by their stand-ins), and on a loaded 2-core machine the CLI alone has taken 27 s to start.
+TIME_LIMIT_S = 120.0
 ERROR_PREFIX = "rlplat: error: "
 NO_RAY = "stand-in ray: a bad input must be refused before Ray is imported"
 

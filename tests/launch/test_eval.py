@@ -86,7 +86,7 @@ def test_bad_input_is_one_line_exit_2_before_tensorflow(places, args, fragments)
     assert result.stdout == ""
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
-    assert seconds < 15, seconds
+    assert seconds < 120, seconds  # never blocks; not a speed test (TensorFlow is checked above)
     assert not os.path.exists(os.path.join(places["base"], "out.gif"))
 
 
