@@ -11,8 +11,8 @@ env steps each, on the same resources and seeds:
    grid, one run per point.
 
 Both populations spend the same env steps; the JSON gives each trial's eval
-curve (a PBT trial's curve runs through the runs it copied), its final and
-best return, the population's best and median final return, the normalised
+curve (a PBT trial's curve runs through the runs it copied), its final (last
+evaluation) and best return, the population's best and median final return, the normalised
 mean return along each curve (the scale check's area), PBT's lineage, and each sweep's wall seconds.
 Each sweep's directory is kept under ``--workdir``; a sweep whose summary
 exists is not run again, so an interrupted bench resumes.
