@@ -18,7 +18,7 @@ import json
 import os
 
 import pytest
-from namespace_cluster import HEAD, REPO, W1, W2, namespaces_work
+from namespace_cluster import CLUSTER_MARKS, HEAD, W1, W2
 from namespace_cluster import script as _script
 
 DASHBOARD = f"http://{HEAD}:8266"
@@ -29,13 +29,7 @@ NUM_ACTORS = 2
 
 pytestmark = [
     pytest.mark.usefixtures("loopback_cluster_turn"),  # one fake cluster on the machine at a time
-    pytest.mark.multiprocess,
-    pytest.mark.slow,
-    pytest.mark.skipif(not namespaces_work(),
-                       reason="needs root, unshare/nsenter/ip and permission to create PID and "
-                              "network namespaces (scripts/multinode_cluster.sh)"),
-    pytest.mark.skipif(not os.path.exists(os.path.join(REPO, ".venv", "bin", "ray")),
-                       reason="needs the project venv (scripts/setup.sh)"),
+    *CLUSTER_MARKS,
 ]
 
 # Runs on the head after the training run: every node, and every actor the

@@ -19,7 +19,7 @@ import os
 
 import pytest
 
-from namespace_cluster import HEAD, REPO, W1, W2, namespaces_work
+from namespace_cluster import CLUSTER_MARKS, HEAD, W1, W2
 from namespace_cluster import script as _script
 
 PUBLISH_PERIOD = 20
@@ -28,14 +28,8 @@ PUBLISH_PERIOD = 20
 OTHER_TRAFFIC = 4 * 2**20
 
 pytestmark = [
-    pytest.mark.usefixtures("loopback_cluster_turn"),
-    pytest.mark.multiprocess,
-    pytest.mark.slow,
-    pytest.mark.skipif(not namespaces_work(),
-                       reason="needs root, unshare/nsenter/ip and permission to create PID and "
-                              "network namespaces (scripts/multinode_cluster.sh)"),
-    pytest.mark.skipif(not os.path.exists(os.path.join(REPO, ".venv", "bin", "ray")),
-                       reason="needs the project venv (scripts/setup.sh)"),
+    pytest.mark.usefixtures("loopback_cluster_turn"),  # one fake cluster on the machine at a time
+    *CLUSTER_MARKS,
 ]
 
 
