@@ -20,6 +20,8 @@ SHRUNK = {"--max-actor-steps 100000": "--max-actor-steps 2000",
           "--eval-every-steps 10000": "--eval-every-steps 1000",
           "--perturbation-interval 20000": "--perturbation-interval 1000",
           "--seeds 3": "--seeds 2",
+          "--seeds 4": "--seeds 2",
+          "--actors 1,4": "--actors 1,2",
           "--episodes 3": "--episodes 1"}
 
 
@@ -51,10 +53,10 @@ def test_the_walkthrough_runs_from_training_to_a_policy_loaded_without_rlplat(tm
     runs = tmp_path / "runs"
     assert (runs / "demo-curve.png").exists() and (runs / "demo.gif").exists()
     assert (runs / "seeds" / "summary.md").exists() and (runs / "seeds" / "curves.png").exists()
-    # At CI's 2,000 steps a 4-actor run may evaluate only once, too little to compare curves:
+    # At CI's 2,000 steps a 2-actor run may evaluate only once, too little to compare curves:
     # the trials and their summary must exist; the verdict itself is tested on real curves
     # (tests/bench/test_scale_check_results.py) and in tests/test_scale_check.py.
-    assert (runs / "scale" / "summary.md").exists() and (runs / "scale" / "num_actors=4,seed0").is_dir()
+    assert (runs / "scale" / "summary.md").exists() and (runs / "scale" / "num_actors=2,seed0").is_dir()
     assert "**Lineage**" in (runs / "pbt" / "summary.md").read_text()
     assert (runs / "demo-policy" / "saved_model.pb").exists()
     match = re.search(r"exported policy, one episode: return (-?[\d.]+)", done.stdout)

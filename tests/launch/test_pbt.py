@@ -1,8 +1,8 @@
 """`rlplat sweep --scheduler pbt`: a real population on Ray Tune, whose exploits copy whole runs.
 
-Four D4PG trials on cartpole:balance, 3,000 env steps in segments of 1,000:
+Two D4PG trials on cartpole:balance, 3,000 env steps in segments of 1,000:
 two PBT decisions, each copying one trial's run (weights, optimizer state,
-replay, history) into the worst trial and perturbing its config.
+replay, history) into the other trial and perturbing its config.
 """
 
 import json
@@ -13,7 +13,7 @@ import pytest
 from cli_testlib import run_rlplat
 from rlplat.utils import loggers
 
-# The fixture trains 12 segments of 4 concurrent runs: minutes, more on a loaded machine.
+# The fixture trains 6 segments of 2 concurrent runs: minutes, more on a loaded machine.
 pytestmark = [pytest.mark.slow, pytest.mark.multiprocess, pytest.mark.timeout(1800)]
 
 MIN_REPLAY = 100
@@ -23,7 +23,7 @@ MIN_REPLAY = 100
 def population(tmp_path_factory):
     sweep_dir = str(tmp_path_factory.mktemp("pbt") / "sweep")
     result = run_rlplat(
-        "sweep", "d4pg", "--env", "cartpole:balance", "--scheduler", "pbt", "--seeds", "4",
+        "sweep", "d4pg", "--env", "cartpole:balance", "--scheduler", "pbt", "--seeds", "2",
         "--mutate", "sigma=0.1:0.5", "--mutate", "critic-learning-rate=1e-5:1e-3",
         "--perturbation-interval", "1000", "--max-actor-steps", "3000", "--eval-every-steps", "1000",
         "--eval-episodes", "1", "--num-actors", "1", "--learner-cpus", "0.25", "--actor-cpus", "0.2",
