@@ -3,6 +3,7 @@
 #
 #   scripts/multinode_cluster.sh up   STATE_DIR [NODE OPTIONS]   # start; prints the head's HOST:PORT
 #   scripts/multinode_cluster.sh exec STATE_DIR NODE -- CMD [ARG...]   # run CMD on head|w1|w2
+#   scripts/multinode_cluster.sh shape STATE_DIR NODE MBIT|off   # cap NODE's link both ways (tc tbf)
 #   scripts/multinode_cluster.sh down STATE_DIR   # stop everything; exit 1 if anything is left
 #   NODE OPTIONS: --head-cpus N  --head-resources JSON  --worker-cpus N  --worker-resources JSON
 #
@@ -49,7 +50,7 @@ UP_TIMEOUT_S="${RLPLAT_MN_UP_TIMEOUT_S:-150}"
 LIFETIME_S="${RLPLAT_MN_LIFETIME_S:-1800}"
 
 die() { echo "multinode_cluster: error: $*" >&2; exit 1; }
-usage() { sed -n '2,7p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,8p' "$SELF" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 node_ip() {  # head -> 10.231.7.1, w1 -> .2, w2 -> .3
   case "$1" in head) echo "$SUBNET.1" ;; w1) echo "$SUBNET.2" ;; w2) echo "$SUBNET.3" ;;
@@ -250,6 +251,33 @@ cmd_exec() {
        nsenter --target "$netns_pid" --net -- env $(ray_env "$state") "$@"
 }
 
+cmd_shape() {  # a token bucket on both ends of NODE's veth: the holder's side (to NODE), NODE's eth0 (from it)
+  local state="$1" node="$2" rate="${3:-}"
+  node_ip "$node" > /dev/null
+  [ -e "$state/ready" ] || die "no running cluster in $state; run 'up $state' first"
+  [[ "$rate" =~ ^([1-9][0-9]*|off)$ ]] || die "shape needs a rate in Mbit/s (a whole number >= 1) or 'off' (got '$rate')"
+  command -v tc >/dev/null || die "needs tc (iproute2)"
+  local holder netns_pid qdisc=()
+  holder="$(cat "$state/holder.pid")"
+  netns_pid="$(cat "$state/$node.netns_pid")"
+  # The bucket holds 10 ms at the rate (at least 16 kB), so a burst cannot outrun the cap for long.
+  # A packet waits at most 50 ms, as in a switch's shallow buffer: a full link then drops, and TCP
+  # shares it between the connections, instead of queueing every small reply behind a second of weights.
+  [ "$rate" != off ] && qdisc=(root tbf rate "${rate}mbit" burst "$(( rate * 1250 > 16384 ? rate * 1250 : 16384 ))" latency 50ms)
+  # The node's PID is the holder's view of it (the holder wrote it), as in cmd_exec.
+  local holder_side=(nsenter --target "$holder" --net --) dev
+  local node_side=(nsenter --target "$holder" --pid --mount --net -- nsenter --target "$netns_pid" --net --)
+  for dev in "v$node" eth0; do
+    local enter=("${holder_side[@]}")
+    [ "$dev" = eth0 ] && enter=("${node_side[@]}")
+    "${enter[@]}" tc qdisc del dev "$dev" root 2>/dev/null || true
+    if [ "$rate" != off ]; then
+      "${enter[@]}" tc qdisc add dev "$dev" "${qdisc[@]}" || die "tc failed on $dev"
+    fi
+  done
+  echo "$node: link ${rate}$([ "$rate" != off ] && echo " Mbit/s each way")"
+}
+
 cmd_down() {
   local state="$1"
   [ -e "$state/holder.pid" ] || { echo "no cluster in $state"; return 0; }
@@ -283,6 +311,7 @@ COMMAND="$1"; STATE="$2"; shift 2
 case "$COMMAND" in
   up) cmd_up "$STATE" "$@" ;;
   exec) [ $# -ge 1 ] || usage; cmd_exec "$STATE" "$@" ;;
+  shape) [ $# -eq 2 ] || usage; cmd_shape "$STATE" "$@" ;;
   down) cmd_down "$STATE" ;;
   _holder) holder_main "$STATE" ;;
   *) usage ;;

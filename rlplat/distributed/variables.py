@@ -20,8 +20,10 @@ policy lives (``rlplat.distributed.weight_publisher``):
 - on the learner's node, it reads new versions from the learner's shared
   memory (``rlplat.distributed.shared_weights``): no round trip at all;
 - on another node (``per_node``), it asks for the newest version's object
-  reference and resolves it with ``ray.get``, so Ray moves each version to
-  the node once and every actor there reads that one copy;
+  reference and fetches that object, so Ray moves each version to the node
+  once and every actor there reads that one copy; with ``prefetch`` the
+  object, like the answer, arrives while the actor steps on, so a slow link
+  makes the weights older, not the actor slower;
 - otherwise (a learner group, ``per_node`` off, a block that cannot be read)
   every pull carries the weights over Ray, as the first one did.
 """
@@ -69,7 +71,9 @@ class RemoteVariableSource(core.VariableSource):
         self._cache: Dict[Tuple[str, ...], Tuple[int, Dict[str, Sequence[np.ndarray]]]] = {}
         self.num_pulls = 0  # Pulls that moved weights (for stats).
         self._prefetch = bool(prefetch)
-        self._in_flight: Dict[Tuple[str, ...], Tuple[object, float]] = {}  # key -> (ref, sent)
+        # key -> (ref, sent, version): the pull's answer (version None), or, per node, the object of the
+        # version it named, on its way to this node.
+        self._in_flight: Dict[Tuple[str, ...], Tuple[object, float, Optional[int]]] = {}
         self._want_shared = bool(shared)
         self._shared = None  # SharedWeightsReader once attached
         self._want_per_node = bool(per_node)
@@ -102,14 +106,22 @@ class RemoteVariableSource(core.VariableSource):
                                            time.monotonic()))
             return self._cache[key]
         if key in self._in_flight:
-            ref, sent = self._in_flight[key]
-            ready, _ = ray.wait([ref], timeout=0)
+            ref, sent, version = self._in_flight[key]
+            ready, _ = ray.wait([ref], timeout=0)  # also starts moving the object to this node
             if not ready and time.monotonic() - sent < self._timeout_s:
                 return self._cache[key]  # still on its way: act on with what we hold
             del self._in_flight[key]
             answer = self._get(ref, max(0.0, self._timeout_s - (time.monotonic() - sent)), self._method(key))
-            self._adopt(key, self._resolve(key, answer, sent))
-        self._in_flight[key] = (self._request(key, self._cache[key][0]), time.monotonic())
+            if version is not None:  # the version's object has reached this node
+                self._adopt(key, (version, {"policy": list(answer)}))
+            elif answer is not None and self._by_ref(key):
+                # A reference: its object crosses a slow link in the background too, as the answer did.
+                version, (obj,) = answer
+                self._in_flight[key] = (obj, sent, int(version))
+                return self._cache[key]
+            else:
+                self._adopt(key, answer)
+        self._in_flight[key] = (self._request(key, self._cache[key][0]), time.monotonic(), None)
         return self._cache[key]
 
     def _by_ref(self, key: Tuple[str, ...]) -> bool:

@@ -49,12 +49,23 @@ class WeightPublisher:
         self._refs_wanted = False
         self.num_published = 0
         self.num_objects = 0  # versions put into the object store
+        self._learner_step = 0
+        self._lags: List[int] = []  # learner steps behind, of each reader that asked since counts()
 
     def maybe_publish(self, learner_step: int) -> None:
         """Publishes when ``period`` learner steps have passed since the last version."""
+        self._learner_step = int(learner_step)
         published = self._published
         if published is None or learner_step - published[0] >= self._period:
             self.publish()
+
+    def note_reader(self, held_version: int) -> None:
+        """Counts how far behind a reader that asks over Ray is: the learner's step now minus the
+        version it holds. Exact, where the driver's count lags by a ``train`` call."""
+        if held_version >= 0:
+            with self._lock:
+                if len(self._lags) < 100_000:
+                    self._lags.append(max(0, self._learner_step - int(held_version)))
 
     def publish(self) -> None:
         """Publishes the learner's current policy now (a no-op for a version already published)."""
@@ -72,12 +83,19 @@ class WeightPublisher:
                 self.num_objects += 1
         self.num_published += 1
 
-    def counts(self) -> Dict[str, int]:
-        """Versions published, objects put for other nodes, and the bytes of one version."""
+    def counts(self) -> Dict[str, Any]:
+        """Versions published, objects put for other nodes, the bytes of one version, and
+        ``remote_policy_lag``: the median lag of the readers that asked over Ray since the last call
+        (absent when none asked)."""
         published = self._published
         nbytes = 0 if published is None else sum(int(np.asarray(a).nbytes) for a in published[1]["policy"])
-        return {"weight_versions_published": self.num_published, "weight_objects_put": self.num_objects,
-                "weight_version_bytes": nbytes}
+        with self._lock:
+            lags, self._lags = self._lags, []
+        out: Dict[str, Any] = {"weight_versions_published": self.num_published,
+                               "weight_objects_put": self.num_objects, "weight_version_bytes": nbytes}
+        if lags:
+            out["remote_policy_lag"] = float(np.median(lags))
+        return out
 
     def latest(self) -> Optional[Weights]:
         """The newest published ``(version, {"policy": arrays})``, or None before the first."""
@@ -89,6 +107,7 @@ class WeightPublisher:
         The reference comes wrapped in a list, so Ray hands it over as a
         reference instead of resolving it into the caller's answer.
         """
+        self.note_reader(version)
         with self._lock:
             self._refs_wanted = True
             ref, published = self._ref, self._published

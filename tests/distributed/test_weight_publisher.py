@@ -9,6 +9,7 @@ version is tested on the three-node namespace cluster
 """
 
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -73,6 +74,20 @@ def test_versions_are_published_every_period_steps_only(ray_up):
     assert publisher.num_published == 4 and publisher.num_objects == 0  # no other node asked yet
 
 
+def test_a_readers_lag_is_the_learner_step_now_minus_the_version_it_holds(ray_up):
+    step = [0]
+    publisher = WeightPublisher(lambda: _weights(step[0]), period=10, shared_memory=False)
+    for step[0] in range(0, 26):
+        publisher.maybe_publish(step[0])
+    assert publisher.latest()[0] == 20 and "remote_policy_lag" not in publisher.counts()
+    assert publisher.ref_if_newer(20) is None  # 25 - 20 = 5 behind
+    assert publisher.ref_if_newer(10)[0] == 20  # 15 behind
+    publisher.note_reader(-1)  # holds nothing yet: no lag to count
+    publisher.note_reader(24)  # 1 behind
+    assert publisher.counts()["remote_policy_lag"] == 5.0  # median of 5, 15 and 1
+    assert "remote_policy_lag" not in publisher.counts()  # counted afresh after each report
+
+
 def test_a_reference_is_made_once_per_version_and_only_once_another_node_asks(ray_up):
     step = [5]
     publisher = WeightPublisher(lambda: _weights(step[0]), period=1, shared_memory=False)
@@ -104,6 +119,24 @@ def test_an_actor_on_another_node_adopts_published_versions_through_references(r
     assert version == 8 and source.num_pulls == pulls + 1
     np.testing.assert_array_equal(weights["policy"][1], np.arange(4, dtype=np.float32) + 8)
     assert ray.get(learner.counts.remote()) == (3, 2)  # versions 0, 4, 8; objects for 4 and 8
+
+
+def test_with_prefetch_the_referenced_object_arrives_while_the_actor_acts_on(ray_up):
+    learner = ray.remote(_Learner).options(max_concurrency=4, num_cpus=0).remote(4)
+    source = RemoteVariableSource(learner, timeout_s=30, prefetch=True)
+    assert source.get_variables(["policy"])[0] == 0  # the first pull waits: nothing to act with yet
+    ray.get(learner.advance.remote(4))  # version 4 published
+    seen = []
+    for _ in range(200):  # each call returns what the actor holds; 10 s at most
+        seen.append(source.get_variables(["policy"])[0])
+        if seen[-1] == 4:
+            break
+        time.sleep(0.05)
+    assert source._by_reference and seen[-1] == 4, seen  # pylint: disable=protected-access
+    # Asked, answered with a reference, then the object fetched: each stage a later call, none waited on.
+    assert seen.count(0) >= 2 and set(seen) == {0, 4}, seen
+    np.testing.assert_array_equal(source.get_variables(["policy"])[1]["policy"][0], np.full((3, 2), 4.0, np.float32))
+    assert source.num_pulls == 2
 
 
 def test_without_per_node_every_pull_carries_the_weights(ray_up):

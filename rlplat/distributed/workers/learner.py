@@ -258,7 +258,10 @@ class LearnerWorker(LearnerService):
     def get_variables_if_newer(self, names: Sequence[str], version: int):
         """(version, weights) if newer than ``version``, else None: the policy's newest published
         version (``weight_publisher``), other variables' newest finite one."""
-        published = self._publisher.latest() if self._publisher is not None and list(names) == ["policy"] else None
+        published = None
+        if self._publisher is not None and list(names) == ["policy"]:
+            self._publisher.note_reader(version)
+            published = self._publisher.latest()
         current, weights = published if published is not None else self.get_variables(names)
         return None if current <= version else (current, weights)
 

@@ -1,0 +1,241 @@
+"""Checks the scaling model's link part against a real three-node cluster whose links are capped with ``tc``.
+
+``scripts/multinode_cluster.sh`` starts a head (the learner, with replay) and
+two worker nodes of two actors each, every node in its own network namespace.
+For each cap in ``--caps`` (Mbit/s, both ways on each worker node's link), D4PG
+runs on cartpole:swingup twice: weights once per node (the default) and
+``--weights-per-actor``. Its policy is widened to about 1 MB per version, so
+that the weights, not the few bytes of each transition, are what a link
+carries. Each run records, over its steady part (after a quarter of the env
+steps): env steps/s, learner steps/s, the actors' policy lag (the learner's
+step, when an actor asks, minus the version it holds), and the bytes each
+worker node received and sent (its ``eth0``).
+
+The model (``scaling.link_model``) takes the uncapped run of each path as its
+compute-bound point (env and learner steps/s, bytes sent per env step, and
+the lag a pull's round trip adds, fitted there) and predicts, for every other cap, the env
+steps/s, the lag and the bytes per node. ``scaling.py`` puts the table beside
+its cluster model in ``scaling.md``.
+
+Each (path, cap) run is kept in ``results/runs/scaling_calibration-*.json``,
+so an interrupted calibration resumes. Needs root (namespaces, ``tc``).
+
+    python bench/scaling_calibration.py [--caps 1000,40,20,10] [--max-actor-steps 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+SCRIPT = os.path.join(REPO, "scripts", "multinode_cluster.sh")
+HEAD, WORKERS = "10.231.7.1", {"w1": "10.231.7.2", "w2": "10.231.7.3"}
+PATHS = {"per_node": [], "per_actor": ["--weights-per-actor"]}
+NUM_ACTORS = 4
+BATCH_SIZE, SAMPLES_PER_INSERT = 32, 4
+
+
+def _script(*args: str, timeout: float) -> subprocess.CompletedProcess:
+    return subprocess.run([SCRIPT, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def _check(done: subprocess.CompletedProcess, what: str) -> subprocess.CompletedProcess:
+    if done.returncode != 0:
+        sys.exit(f"scaling_calibration: {what} failed (exit {done.returncode}): "
+                 f"{(done.stderr or done.stdout).strip()[-1500:]}")
+    return done
+
+
+def _link_bytes(state: str) -> Dict[str, Dict[str, int]]:
+    """Per worker node: the bytes its eth0 has received (``rx``) and sent (``tx``)."""
+    out = {}
+    for node, ip in WORKERS.items():
+        # /proc/net/dev is the reading process's network namespace: run it on the node.
+        read = _check(_script("exec", state, node, "--", "cat", "/proc/net/dev", timeout=60), "reading eth0")
+        fields = next(x for x in read.stdout.splitlines() if x.strip().startswith("eth0:")).split(":", 1)[1].split()
+        out[ip] = {"rx": int(fields[0]), "tx": int(fields[8])}
+    return out
+
+
+def _records(logdir: str, role: str) -> List[Dict[str, Any]]:
+    with open(os.path.join(logdir, "metrics.jsonl"), encoding="utf-8") as f:
+        return [r for r in map(json.loads, f) if r.get("role") == role]
+
+
+def _measure(state: str, logdir: str, args, extra: List[str]) -> Dict[str, Any]:
+    before = _link_bytes(state)
+    command = ["rlplat", "train", "d4pg", "--address", f"{HEAD}:6391", "--env", "cartpole:swingup",
+               "--num-actors", str(NUM_ACTORS), "--actor-cpus", "0.5", "--max-actor-steps",
+               str(args.max_actor_steps), "--logdir", logdir, "--seed", "1",
+               "--policy-layer-sizes", "512,512", "--critic-layer-sizes", "32,32", "--global-batch-size",
+               str(BATCH_SIZE), "--min-replay-size", "200", "--samples-per-insert", str(SAMPLES_PER_INSERT),
+               "--max-replay-size", "20000",
+               "--eval-every-steps", str(args.max_actor_steps), "--eval-episodes", "1",
+               "--weight-publish-period", str(args.publish_period), *extra]
+    started = time.monotonic()
+    _check(_script("exec", state, "head", "--", *command, timeout=900), "the run")
+    seconds = time.monotonic() - started
+    after = _link_bytes(state)
+    # Actor records (one per chunk each actor returns): env steps, time, and the lag of the version it
+    # held, counted by the driver; learner records (every few seconds): learner steps and versions.
+    actors = [r for r in _records(logdir, "actor") if "policy_lag" in r]
+    learner = [r for r in _records(logdir, "learner") if "actor_steps" in r]
+    steady = [r for r in actors if r["step"] >= args.max_actor_steps // 4]
+    steady_learner = [r for r in learner if r["actor_steps"] >= args.max_actor_steps // 4]
+    if len(steady) < 8 or len(steady_learner) < 2:
+        sys.exit(f"scaling_calibration: too few records in {logdir} for a steady rate; raise --max-actor-steps")
+    first, last = steady[0], steady[-1]
+    span = last["wall_time"] - first["wall_time"]
+    learner_span = steady_learner[-1]["wall_time"] - steady_learner[0]["wall_time"]
+    published = [r for r in learner if "weight_versions_published" in r]
+    lags = [r["remote_policy_lag"] for r in steady_learner if "remote_policy_lag" in r]
+    with open(os.path.join(logdir, "run_info.json"), encoding="utf-8") as f:
+        placement = json.load(f)["node_placement"]
+    actors_per_node = {ip: sum(placement[f"actor {i}"]["node_ip"] == ip for i in range(NUM_ACTORS))
+                       for ip in WORKERS.values()}
+    return {"env_steps_per_s": (last["step"] - first["step"]) / span,
+            "learner_steps_per_s": (steady_learner[-1]["step"] - steady_learner[0]["step"]) / learner_span,
+            # What the learner saw when actors asked (its step minus the version they held): exact.
+            "policy_lag_median": statistics.median(lags) if lags else None,
+            # The driver's count, as the console shows it: behind by up to a train call (64 steps).
+            "driver_policy_lag_median": statistics.median(r["policy_lag"] for r in steady),
+            "versions_published": published[-1]["weight_versions_published"],
+            "version_bytes": published[-1]["weight_version_bytes"],
+            "rx_bytes": {ip: after[ip]["rx"] - before[ip]["rx"] for ip in WORKERS.values()},
+            "tx_bytes": {ip: after[ip]["tx"] - before[ip]["tx"] for ip in WORKERS.values()},
+            "actors_per_node": actors_per_node, "batch_size": BATCH_SIZE, "samples_per_insert": SAMPLES_PER_INSERT,
+            "measured_samples_per_insert": last_learner_with(learner, "samples_per_insert"),
+            "publishing_seconds": published[-1]["wall_time"] - learner[0]["wall_time"],
+            "steady_seconds": span, "wall_seconds": seconds}
+
+
+def last_learner_with(records: List[Dict[str, Any]], key: str) -> Any:
+    """``key`` of the last learner record that has it (None if none does)."""
+    return next((r[key] for r in reversed(records) if key in r), None)
+
+
+def run_calibration(args, log) -> None:
+    from seeds import machine
+
+    todo = [(cap, path) for cap in args.caps for path in PATHS
+            if args.no_reuse or not os.path.exists(_record_path(args.out, path, cap))]
+    if not todo:
+        log("every (path, cap) has a record; --no-reuse runs them again")
+        return
+    state = os.path.join(tempfile.mkdtemp(prefix="scaling_calibration_"), "cluster")
+    up = _script("up", state, "--head-resources", '{"learner": 1}', "--worker-cpus", "2",
+                 "--worker-resources", '{"actor": 2}', timeout=300)
+    _check(up, "starting the three-node cluster")
+    try:
+        for cap, path in todo:
+            for node in WORKERS:
+                _check(_script("shape", state, node, str(cap), timeout=60), f"capping {node}")
+            logdir = os.path.join(os.path.dirname(state), f"{path}-{cap}")
+            log(f"{path}, links capped at {cap} Mbit/s ...")
+            record = _measure(state, logdir, args, PATHS[path])
+            record.update(path=path, cap_mbit=cap, publish_period=args.publish_period,
+                          max_actor_steps=args.max_actor_steps, machine=machine())
+            os.makedirs(os.path.dirname(_record_path(args.out, path, cap)), exist_ok=True)
+            with open(_record_path(args.out, path, cap), "w") as f:
+                json.dump(record, f, indent=1)
+            log(f"  env {record['env_steps_per_s']:.0f}/s, learner {record['learner_steps_per_s']:.1f}/s, "
+                f"lag {record['policy_lag_median']}, received per node (MiB) "
+                + ", ".join(f"{b / 2**20:.1f}" for b in record["rx_bytes"].values()))
+    finally:
+        _script("down", state, timeout=120)
+
+
+def _record_path(out: str, path: str, cap: int) -> str:
+    return os.path.join(out, "runs", f"scaling_calibration-{path}-{cap}mbit.json")
+
+
+def report(out: str) -> Dict[str, Any]:
+    """Every recorded run beside the model's prediction for it.
+
+    Each path's uncapped run is its base. ``stall`` (the one fitted number) is
+    fitted on the per-node run at the largest cap below the base; every other
+    capped run is a prediction.
+    """
+    import scaling
+
+    records: Dict[str, List[Dict[str, Any]]] = {}
+    for path in PATHS:
+        for name in sorted(os.listdir(os.path.join(out, "runs"))):
+            if name.startswith(f"scaling_calibration-{path}-"):
+                with open(os.path.join(out, "runs", name)) as f:
+                    records.setdefault(path, []).append(json.load(f))
+        records.get(path, []).sort(key=lambda r: -r["cap_mbit"])
+    rows: List[Dict[str, Any]] = []
+    fitted_on = records["per_node"][1] if len(records.get("per_node", [])) > 1 else None
+    if fitted_on is None:
+        return {"benchmark": "scaling_calibration", "rows": rows, "stall": None}
+    stall = scaling.fit_stall(records["per_node"][0], fitted_on, per_node=True)
+    for path, runs in records.items():
+        base = runs[0]
+        for r in runs:
+            predicted = scaling.link_model(base, r["cap_mbit"], per_node=(path == "per_node"), stall=stall)
+            measured = {"env_steps_per_s": r["env_steps_per_s"], "policy_lag": r["policy_lag_median"],
+                        "mib_per_node": statistics.mean(r["rx_bytes"].values()) / 2**20}
+            model = {"env_steps_per_s": predicted["env_steps_per_s"], "policy_lag": predicted["lag_learner_steps"],
+                     "mib_per_node": predicted["rx_bytes_per_node"] / 2**20}
+            rows.append({"path": path, "cap_mbit": r["cap_mbit"],
+                         "role": "base" if r is base else ("fit" if r is fitted_on else "predicted"),
+                         "measured": measured, "predicted": model, "link_binds": predicted["link_binds_weights"],
+                         "within_25pct": {k: measured[k] is not None and abs(measured[k] - v) <= 0.25 * abs(measured[k])
+                                          for k, v in model.items()},
+                         "samples_per_insert": {"setting": r["samples_per_insert"],
+                                                "measured": r.get("measured_samples_per_insert")},
+                         "publish_period": r["publish_period"], "machine": r["machine"]})
+    result = {"benchmark": "scaling_calibration", "rows": rows, "stall": stall,
+              "fitted_on": {"path": "per_node", "cap_mbit": fitted_on["cap_mbit"]}}
+    with open(os.path.join(out, "scaling_calibration.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    return result
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--caps", default="1000,40,20,10",
+                        help="link caps in Mbit/s; the largest is each path's uncapped base")
+    parser.add_argument("--max-actor-steps", type=int, default=20_000)
+    parser.add_argument("--publish-period", type=int, default=20, help="learner steps between versions")
+    parser.add_argument("--no-reuse", action="store_true", help="rerun (path, cap) pairs that have a record")
+    parser.add_argument("--report-only", action="store_true")
+    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    args = parser.parse_args(argv)
+    try:
+        args.caps = sorted({int(c) for c in args.caps.split(",")}, reverse=True)
+    except ValueError:
+        parser.error(f"--caps takes whole Mbit/s separated by commas (got {args.caps!r})")
+    started = time.time()
+
+    def log(msg):
+        print(f"[{time.time() - started:6.1f}s] {msg}", flush=True)
+
+    if not args.report_only:
+        run_calibration(args, log)
+    result = report(args.out)
+    for row in result["rows"]:
+        m, p = row["measured"], row["predicted"]
+        lag = "-" if m["policy_lag"] is None else f"{m['policy_lag']:.0f}"
+        log(f"{row['path']} {row['cap_mbit']} Mbit/s: env {m['env_steps_per_s']:.0f} "
+            f"(model {p['env_steps_per_s']:.0f}), lag {lag} (model {p['policy_lag']:.0f}), "
+            f"MiB/node {m['mib_per_node']:.1f} "
+            f"(model {p['mib_per_node']:.1f})")
+    import scaling
+
+    return scaling.main(["--out", args.out])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
