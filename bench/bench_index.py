@@ -217,6 +217,19 @@ def _pbt_vs_grid(d: Dict[str, Any]) -> List[str]:
             + (f"; {len(d['pbt']['lineage'])} exploits" if name == "pbt" else "") for name in ("pbt", "grid")]
 
 
+def _calibration(d: Dict[str, Any]) -> List[str]:
+    rows = d.get("rows", [])
+    if not rows:
+        return []
+    worst = max(abs(r["predicted"]["env_steps_per_s"] / r["measured"]["env_steps_per_s"] - 1) for r in rows)
+    within = sum(all(r["within_25pct"].values()) for r in rows)
+    return [f"{len(rows)} runs (paths: {', '.join(sorted({r['path'] for r in rows}))}; caps "
+            f"{', '.join(str(c) for c in sorted({r['cap_mbit'] for r in rows}, reverse=True))} Mbit/s); "
+            f"fitted share {_fmt(d['share'])}; {within}/{len(rows)} within 25% on env steps/s, lag and bytes; "
+            f"largest env steps/s error {worst:.0%}",
+            "table: [results/scaling.md](results/scaling.md), Calibration"]
+
+
 # bench module -> (result JSON, headline extractor). A bench without a result
 # yet is listed with "no result yet".
 BENCHES: Dict[str, tuple] = {
@@ -233,6 +246,7 @@ BENCHES: Dict[str, tuple] = {
     "learner_roofline": ("learner_roofline.json", _roofline),
     "replay_capacity": ("replay_capacity.json", _replay_capacity),
     "scaling": ("scaling.json", _scaling),
+    "scaling_calibration": ("scaling_calibration.json", _calibration),
     "envpool_eval": ("envpool_eval.json", _envpool),
     "bc_rollout_noise": ("bc_rollout_noise.json", _bc_noise),
     "scale_check": ("scale_check.json", _scale_check),

@@ -20,9 +20,13 @@
      32 sampled items);
    - learner: learner steps/s x batch / samples-per-insert;
    - network: the learner node's NIC, which receives every insert, sends every
-     sampled item and sends each new weight version to every remote actor.
+     sampled item and each weight version once per actor node (or per actor);
+     the limiter ties versions to env steps, so both are bytes per env step.
    The system runs at the lowest ceiling; the table names it for N = 1..64 and
    the text names the first stage to break as N grows.
+3. **Calibration** (from ``scaling_calibration.py``'s JSON, when present): the
+   link part of the model beside D4PG runs on a three-node cluster with capped
+   links.
 
 Writes scaling.json, scaling.png and scaling.md under --out.
 
@@ -155,76 +159,85 @@ def model(c: Dict[str, Any], nodes: int, cores: int, servers: int, learner: str,
           publish_period: int = 1, per_node: bool = True) -> Dict[str, Any]:
     """Each stage's ceiling in env steps/s for one cluster shape, the bottleneck, and the weights' lag.
 
-    Data first: the learner node's NIC carries each insert in and its sampled
-    copies out (replay lives with the learner), which sets the network's
-    ceiling. Weights get what the data leaves: the learner publishes a version
-    every ``publish_period`` learner steps, and each version leaves the NIC
-    once per node (``per_node``, as built) or once per actor. Where that does
-    not fit, fewer versions reach each node and the actors' lag grows; the run
-    does not stop.
+    The learner node's NIC carries each insert in and its sampled copies out
+    (replay lives with the learner), and the weights: a version every
+    ``publish_period`` learner steps, leaving once per actor node
+    (``per_node``, as built) or once per actor. The samples-per-insert limiter
+    ties learner steps, and so versions, to env steps, so the weights too are
+    bytes per env step, and the network's ceiling counts both. Where it binds,
+    the run slows until both fit (measured on a capped three-node cluster:
+    ``scaling_calibration.py``); the actors act on versions at most
+    ``publish_period`` learner steps old, whatever the NIC.
     """
     nic = nic_gbit * 1e9 / 8  # bytes/s
     actors = nodes * cores
-    bytes_per_step = c["item_bytes"] * (1 + c["samples_per_insert"])
+    copies = nodes if per_node else actors
+    data_per_step = c["item_bytes"] * (1 + c["samples_per_insert"])
+    weights_per_step = c["samples_per_insert"] / (c["batch"] * publish_period) * copies * c["policy_bytes"]
     ceilings = {
         "acting": actors * c["actor_env_steps_per_cpu_s"],
         "replay": servers * c["replay_inserts_per_s_per_server_core"],
         "learner": c["learner_steps_per_s"][learner] * c["batch"] / c["samples_per_insert"],
-        "network": nic / bytes_per_step,
+        "network": nic / (data_per_step + weights_per_step),
     }
     bottleneck = min(ceilings, key=ceilings.get)
     env_rate = ceilings[bottleneck]
     learner_rate = env_rate * c["samples_per_insert"] / c["batch"]  # learner steps/s at the system's rate
     published = learner_rate / publish_period
-    room = max(0.0, nic - env_rate * bytes_per_step)
-    copies = nodes if per_node else actors
-    delivered = min(published, room / (copies * c["policy_bytes"]))
-    # Learner steps between two versions an actor can get: the most it acts behind the learner.
-    lag = learner_rate / delivered if delivered > 0 else float("inf")
     return {"nodes": nodes, "cores_per_node": cores, "actors": actors, "servers": servers, "learner": learner,
             "publish_period": publish_period, "per_node": per_node,
             "ceilings": ceilings, "env_steps_per_s": env_rate, "bottleneck": bottleneck,
             "learner_steps_per_s": learner_rate, "versions_per_s_published": published,
-            "versions_per_s_per_node": delivered, "lag_learner_steps": lag, "nic_binds_weights": delivered < published,
-            "weight_bytes_per_s": copies * delivered * c["policy_bytes"], "nic_bytes_per_s": nic}
+            "versions_per_s_per_node": published, "lag_learner_steps": float(publish_period),
+            "weights_bind": bottleneck == "network" and weights_per_step > data_per_step,
+            "weight_bytes_per_s": env_rate * weights_per_step, "nic_bytes_per_s": nic}
 
 
-def link_model(base: Dict[str, Any], cap_mbit: float, per_node: bool, stall: float) -> Dict[str, Any]:
+def link_model(base: Dict[str, Any], cap_mbit: float, per_node: bool, share: float) -> Dict[str, Any]:
     """What capping each actor node's link at ``cap_mbit`` (both ways) does to a run measured uncapped.
 
     ``base`` is a ``scaling_calibration`` record of the same run with no link
     binding: its env and learner steps/s are the compute-bound rates. Each
     version (``version_bytes``) crosses a node's link once (``per_node``) or
-    once per actor there, taking ``copies * bytes / rate`` seconds. While it
-    crosses, the link is full: the actors' inserts and Ray's replies wait
-    behind it, and the actors stand still for a fraction ``stall`` of that
-    time (fitted on one capped run). The learner, held to the actors' inserts
-    by the samples-per-insert limiter, slows with them, and so publishes fewer
-    versions per second; the equilibrium is
+    once per actor there, and the learner publishes one every
+    ``publish_period`` learner steps, which the samples-per-insert limiter ties
+    to env steps (about ``spi / (batch * period)`` versions per env step;
+    counted on the base run), so each link carries a fixed number of bytes of
+    weights per env step, and the link alone would carry
+    ``share * rate / bytes_per_env_step`` env steps/s (``share``: the part of
+    the link weights can fill while the actors' inserts, queued behind them,
+    still get through; fitted on one capped run). The two limits meet in a
+    smooth knee, not a corner: near the link's ceiling the inserts already
+    wait behind each transfer, so
 
-        env = env_base / (1 + stall * env_base * spi * copies * bytes / (batch * period * rate)).
+        1 / env**2 = 1 / env_base**2 + 1 / env_link**2.
 
-    The lag stays what it was (the learner waits with the actors), and every
-    published version still reaches each node, so the bytes per node are the
-    base run's. A slow link makes the run slower, not staler.
+    The learner, held to the inserts by the limiter, slows with the actors:
+    the lag stays what it was, and every published version still reaches every
+    node, so the bytes per node are the base run's. A slow link makes the run
+    slower, not staler.
     """
     rate = cap_mbit * 1e6 / 8
     copies = 1 if per_node else max(base["actors_per_node"].values())
-    seconds_per_env_step = (base["samples_per_insert"] * copies * base["version_bytes"]
-                            / (base["batch_size"] * base["publish_period"] * rate))
-    busy = base["env_steps_per_s"] * seconds_per_env_step  # link-seconds per second at the base rate
-    env = base["env_steps_per_s"] / (1.0 + stall * busy)
-    return {"env_steps_per_s": env,
+    # As measured on the base run: versions published per env step (the limiter's ratio, less the
+    # warm-up before the first learner step), times the copies each node takes.
+    bytes_per_env_step = copies * base["version_bytes"] * base["versions_published"] / base["max_actor_steps"]
+    ceiling = share * rate / bytes_per_env_step
+    env = (base["env_steps_per_s"] ** -2 + ceiling ** -2) ** -0.5
+    return {"env_steps_per_s": env, "link_ceiling_env_steps_per_s": ceiling,
             "learner_steps_per_s": base["learner_steps_per_s"] * env / base["env_steps_per_s"],
-            "link_busy_at_base_rate": busy, "link_binds_weights": busy > 0.1,
+            "weight_bytes_per_env_step": bytes_per_env_step, "link_binds_weights": ceiling < base["env_steps_per_s"],
             "lag_learner_steps": base["policy_lag_median"],
             "rx_bytes_per_node": statistics.mean(base["rx_bytes"].values())}
 
 
-def fit_stall(base: Dict[str, Any], run: Dict[str, Any], per_node: bool) -> float:
-    """The ``stall`` of ``link_model`` that gives ``run``'s measured env steps/s exactly."""
-    busy = link_model(base, run["cap_mbit"], per_node, 0.0)["link_busy_at_base_rate"]
-    return (base["env_steps_per_s"] / run["env_steps_per_s"] - 1.0) / busy
+def fit_share(base: Dict[str, Any], run: Dict[str, Any], per_node: bool) -> float:
+    """The ``share`` of ``link_model`` that gives ``run``'s measured env steps/s (a run the link binds)."""
+    per_step = link_model(base, run["cap_mbit"], per_node, 1.0)["weight_bytes_per_env_step"]
+    if run["env_steps_per_s"] >= base["env_steps_per_s"]:
+        raise ValueError(f"the run at {run['cap_mbit']} Mbit/s is not slower than its base: the link does not bind")
+    ceiling = (run["env_steps_per_s"] ** -2 - base["env_steps_per_s"] ** -2) ** -0.5
+    return ceiling * per_step / (run["cap_mbit"] * 1e6 / 8)
 
 
 def table(c, cores, servers, learner, nic_gbit, publish_period=1, per_node=True) -> List[Dict[str, Any]]:
@@ -271,27 +284,28 @@ def render(report: Dict[str, Any]) -> str:
               "per version", ""]
     for key, rows in report["model"].items():
         lines += [f"## Model: {key}", "", "| actor nodes | actors | acting | replay | learner | network | "
-                  "env steps/s | bottleneck | versions/s to each node | lag (learner steps) |",
+                  "env steps/s | bottleneck | versions/s to each node | lag, at most (learner steps) |",
                   "|---|---|---|---|---|---|---|---|---|---|"]
         for r in rows:
             ce = r["ceilings"]
-            lag = f"{r['lag_learner_steps']:,.0f}" + (" (NIC-bound)" if r["nic_binds_weights"] else "")
+            lag = f"{r['lag_learner_steps']:,.0f}"
             lines.append(f"| {r['nodes']} | {r['actors']} | {ce['acting']:,.0f} | {ce['replay']:,.0f} | "
                          f"{ce['learner']:,.0f} | {ce['network']:,.0f} | {r['env_steps_per_s']:,.0f} | "
                          f"{r['bottleneck']} | {r['versions_per_s_per_node']:,.1f} | {lag} |")
         lines += ["", f"The bottleneck as actor nodes are added: **{first_break(rows)}**.", ""]
     lines += _calibration_lines()
     lines += ["Assumptions: one core per actor process and per Reverb server; replay on the learner's node, "
-              "so its NIC carries inserts and samples first, and the weights get what is left: each "
-              "published version leaves it once per actor node (rlplat's per-node path) or once per actor "
-              "(`--weights-per-actor`). Where the weights do not fit, fewer versions reach each node and "
-              "the lag (learner steps between two versions an actor can get; the most it acts behind) "
-              "grows; the run goes on. Network and protocol overheads are not counted.", "",
+              "so its NIC carries the inserts and the sampled items, and the weights: each published version "
+              "leaves it once per actor node (rlplat's per-node path) or once per actor (`--weights-per-actor`). "
+              "The samples-per-insert limiter ties versions to env steps, so where the NIC binds the whole run "
+              "slows until data and weights fit, and the actors stay at most one publish period behind "
+              "(the calibration above shows this on real links). Network and protocol overheads are not "
+              "counted.", "",
               "Reading: on a CPU learner the learner binds from the first node. A GPU learner publishing "
               "every step sends versions/s x nodes x policy bytes; once per actor that fills a 10 Gbit/s "
-              "NIC at the first node and the lag runs to hundreds of learner steps, once per node it "
-              "grows with the node count; `--weight-publish-period` bounds the traffic, and the lag is "
-              "then the period.", ""]
+              "NIC at the first node and the network sets the pace; once per node it does so as nodes are "
+              "added; `--weight-publish-period` divides the weights' bytes, and the run is learner-bound "
+              "again.", ""]
     return "\n".join(lines)
 
 
@@ -307,7 +321,7 @@ def rule_of_thumb(report: Dict[str, Any], cores: int, nic_gbit: float) -> str:
     fastest = max(feeds, key=feeds.get)
     nodes = max(1, math.ceil(feeds[fastest] / per_node))
     bound = [r for key, rows in report["model"].items() for r in rows
-             if r["learner"] == fastest and r["per_node"] and r["publish_period"] == 1 and r["nic_binds_weights"]]
+             if r["learner"] == fastest and r["per_node"] and r["publish_period"] == 1 and r["weights_bind"]]
     relieved = [r for key, rows in report["model"].items() for r in rows
                 if r["learner"] == fastest and r["per_node"] and r["publish_period"] > 1]
     text = (f"**Rule of thumb** (from the model in `bench/results/scaling.md`; D4PG's defaults: batch "
@@ -315,16 +329,19 @@ def rule_of_thumb(report: Dict[str, Any], cores: int, nic_gbit: float) -> str:
             f"L x {c['batch']} / {c['samples_per_insert']:g} env steps/s. One {cores}-core actor node makes about "
             f"{per_node:,.0f} on cartpole:swingup ({c['actor_env_steps_per_cpu_s']:,.0f} per core), and the "
             f"fastest learner measured ({_LEARNERS.get(fastest, fastest).format(gpu=c['gpu_device'])}) consumes "
-            f"{feeds[fastest]:,.0f}: **{nodes} actor node(s) feed one learner**; more add only staleness, unless "
-            "the environment costs more per step or `--samples-per-insert` is lowered.")
+            f"{feeds[fastest]:,.0f}: **{nodes} actor node(s) feed one learner**. More do not make it faster "
+            "(unless the environment costs more per step or `--samples-per-insert` is lowered), and each adds "
+            "a copy of every weight version to the learner's NIC.")
     if bound:
         first = min(r["nodes"] for r in bound)
         text += (f" Publishing every learner step, the weights fill a {nic_gbit:g} Gbit/s NIC from {first} actor "
-                 f"node(s) (the lag column reads NIC-bound); then raise **`--weight-publish-period`**")
+                 "node(s) and the run slows to what the NIC carries (bottleneck: network); then raise "
+                 "**`--weight-publish-period`**")
         if relieved:
             r = max(relieved, key=lambda r: r["nodes"])
-            text += (f": at {r['publish_period']} learner steps the model keeps the lag at "
-                     f"{r['lag_learner_steps']:,.0f} up to {r['nodes']} nodes")
+            text += (f": at {r['publish_period']} learner steps, {r['nodes']} nodes run at "
+                     f"{r['env_steps_per_s']:,.0f} env steps/s ({r['bottleneck']}-bound), the actors at most "
+                     f"{r['lag_learner_steps']:,.0f} learner steps behind")
         text += "."
     return text
 
@@ -340,6 +357,10 @@ def write_rule_into_readme(text: str) -> None:
     tail = rest.split(end, 1)[1]
     with open(README, "w", encoding="utf-8") as f:
         f.write(f"{head}{start}\n{text}\n{end}{tail}")
+
+
+_PATH_NAMES = {"per_node": "once per node", "per_actor": "once per actor",
+               "per_node_2_shards": "once per node, 2 replay servers"}
 
 
 def _calibration_lines() -> List[str]:
@@ -359,9 +380,10 @@ def _calibration_lines() -> List[str]:
              "nodes (`scripts/multinode_cluster.sh`, one network namespace per node), each worker's link capped "
              "both ways with `tc`; a policy of about 1 MB per version, published every "
              f"{rows[0]['publish_period']} learner steps, samples per insert "
-             f"{rows[0]['samples_per_insert']['setting']:g}. Each path's uncapped run is its base; `stall` = "
-             f"{calibration['stall']:.2f} (the fraction of a version's transfer during which the actors stand "
-             f"still) is fitted on the per-node run at {fit['cap_mbit']} Mbit/s; every other row is predicted by "
+             f"{rows[0]['samples_per_insert']['setting']:g}. Each path's uncapped run is its base; `share` = "
+             f"{calibration['share']:.2f} (the part of a link the weights can fill before the actors' inserts, "
+             f"queued behind them, hold the actors back) is fitted on the per-node run at {fit['cap_mbit']} Mbit/s; "
+             "every other row is predicted by "
              f"`link_model`. Measured on {machine.get('cpu_model')} ({machine.get('cpus')} cores).", "",
              "| weights | link cap (Mbit/s) | env steps/s: measured (model) | lag, learner steps: measured (model) "
              "| MiB received per node: measured (model) | samples per insert | row | within 25% |",
@@ -372,15 +394,15 @@ def _calibration_lines() -> List[str]:
         spi = r["samples_per_insert"]["measured"]
         ok = "yes" if all(r["within_25pct"].values()) else \
             "no: " + ", ".join(k for k, v in r["within_25pct"].items() if not v)
-        lines.append(f"| once per {'node' if r['path'] == 'per_node' else 'actor'} | {r['cap_mbit']:,} | "
+        lines.append(f"| {_PATH_NAMES.get(r['path'], r['path'])} | {r['cap_mbit']:,} | "
                      f"{m['env_steps_per_s']:,.0f} ({p['env_steps_per_s']:,.0f}) | {lag} ({p['policy_lag']:,.0f}) | "
                      f"{m['mib_per_node']:,.1f} ({p['mib_per_node']:,.1f}) | "
                      f"{'-' if spi is None else f'{spi:.2f}'} | {r['role']} | {ok} |")
-    lines += ["", "Reading: a capped link does not make the actors staler. While a version crosses a node's "
-              "link, the actors' inserts wait behind it; the samples-per-insert limiter holds the learner to "
-              "those inserts, so the whole run slows until the versions it publishes fit the link, and every "
-              "version still reaches every node. `--weight-publish-period` is the lever: the weights' load on "
-              "each link falls in proportion."]
+    lines += ["", "Reading: a capped link does not make the actors staler. Once the weights fill a node's link, "
+              "the actors' inserts wait behind them; the samples-per-insert limiter holds the learner to those "
+              "inserts, so the whole run slows until the versions it publishes fit the link, and every version "
+              "still reaches every node. `--weight-publish-period` is the lever: the weights' bytes per env "
+              "step fall in proportion."]
     return lines + [""]
 
 

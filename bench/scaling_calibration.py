@@ -3,19 +3,22 @@
 ``scripts/multinode_cluster.sh`` starts a head (the learner, with replay) and
 two worker nodes of two actors each, every node in its own network namespace.
 For each cap in ``--caps`` (Mbit/s, both ways on each worker node's link), D4PG
-runs on cartpole:swingup twice: weights once per node (the default) and
-``--weights-per-actor``. Its policy is widened to about 1 MB per version, so
-that the weights, not the few bytes of each transition, are what a link
-carries. Each run records, over its steady part (after a quarter of the env
-steps): env steps/s, learner steps/s, the actors' policy lag (the learner's
-step, when an actor asks, minus the version it holds), and the bytes each
-worker node received and sent (its ``eth0``).
+runs on cartpole:swingup with weights once per node (the default) and with
+``--weights-per-actor``; uncapped and at the largest cap below, also with
+replay split over two servers (``--num-replay-shards 2``), whose measured
+samples per insert is checked against the setting. The policy is widened to
+about 1 MB per version, so that the weights, not the few bytes of each
+transition, are what a link carries. Each run records, over its steady part
+(after a quarter of the env steps): env steps/s, learner steps/s, the actors'
+policy lag (the learner's step, when an actor asks, minus the version it
+holds), and the bytes each worker node received and sent (its ``eth0``).
 
 The model (``scaling.link_model``) takes the uncapped run of each path as its
-compute-bound point (env and learner steps/s, bytes sent per env step, and
-the lag a pull's round trip adds, fitted there) and predicts, for every other cap, the env
-steps/s, the lag and the bytes per node. ``scaling.py`` puts the table beside
-its cluster model in ``scaling.md``.
+compute-bound point and predicts, for every other cap, the env steps/s, the
+lag and the bytes per node. Its one free number, ``share`` (the part of a
+link the weights can fill before the actors' inserts, queued behind them,
+hold the actors back), is fitted on one run: per node, at the smallest cap. ``scaling.py`` puts
+the table beside its cluster model in ``scaling.md``.
 
 Each (path, cap) run is kept in ``results/runs/scaling_calibration-*.json``,
 so an interrupted calibration resumes. Needs root (namespaces, ``tc``).
@@ -40,7 +43,11 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 SCRIPT = os.path.join(REPO, "scripts", "multinode_cluster.sh")
 HEAD, WORKERS = "10.231.7.1", {"w1": "10.231.7.2", "w2": "10.231.7.3"}
-PATHS = {"per_node": [], "per_actor": ["--weights-per-actor"]}
+PATHS = {"per_node": [], "per_actor": ["--weights-per-actor"],
+         # Replay split over two servers, uncapped and at the largest cap below: the second server's
+         # CPU changes the compute-bound base, so this path has its own.
+         "per_node_2_shards": ["--num-replay-shards", "2"]}
+SHARDED = "per_node_2_shards"
 NUM_ACTORS = 4
 BATCH_SIZE, SAMPLES_PER_INSERT = 32, 4
 
@@ -128,6 +135,7 @@ def run_calibration(args, log) -> None:
     from seeds import machine
 
     todo = [(cap, path) for cap in args.caps for path in PATHS
+            if path != SHARDED or cap in args.caps[:2]
             if args.no_reuse or not os.path.exists(_record_path(args.out, path, cap))]
     if not todo:
         log("every (path, cap) has a record; --no-reuse runs them again")
@@ -162,9 +170,9 @@ def _record_path(out: str, path: str, cap: int) -> str:
 def report(out: str) -> Dict[str, Any]:
     """Every recorded run beside the model's prediction for it.
 
-    Each path's uncapped run is its base. ``stall`` (the one fitted number) is
-    fitted on the per-node run at the largest cap below the base; every other
-    capped run is a prediction.
+    Each path's uncapped run is its base. ``share`` (the one fitted number) is
+    fitted on the per-node run at the smallest cap; every other capped run is
+    a prediction.
     """
     import scaling
 
@@ -176,14 +184,15 @@ def report(out: str) -> Dict[str, Any]:
                     records.setdefault(path, []).append(json.load(f))
         records.get(path, []).sort(key=lambda r: -r["cap_mbit"])
     rows: List[Dict[str, Any]] = []
-    fitted_on = records["per_node"][1] if len(records.get("per_node", [])) > 1 else None
+    # The narrowest link: there the link, not the cores, sets the pace the most plainly.
+    fitted_on = records["per_node"][-1] if len(records.get("per_node", [])) > 1 else None
     if fitted_on is None:
-        return {"benchmark": "scaling_calibration", "rows": rows, "stall": None}
-    stall = scaling.fit_stall(records["per_node"][0], fitted_on, per_node=True)
+        return {"benchmark": "scaling_calibration", "rows": rows, "share": None}
+    share = scaling.fit_share(records["per_node"][0], fitted_on, per_node=True)
     for path, runs in records.items():
         base = runs[0]
         for r in runs:
-            predicted = scaling.link_model(base, r["cap_mbit"], per_node=(path == "per_node"), stall=stall)
+            predicted = scaling.link_model(base, r["cap_mbit"], per_node=(path != "per_actor"), share=share)
             measured = {"env_steps_per_s": r["env_steps_per_s"], "policy_lag": r["policy_lag_median"],
                         "mib_per_node": statistics.mean(r["rx_bytes"].values()) / 2**20}
             model = {"env_steps_per_s": predicted["env_steps_per_s"], "policy_lag": predicted["lag_learner_steps"],
@@ -196,7 +205,7 @@ def report(out: str) -> Dict[str, Any]:
                          "samples_per_insert": {"setting": r["samples_per_insert"],
                                                 "measured": r.get("measured_samples_per_insert")},
                          "publish_period": r["publish_period"], "machine": r["machine"]})
-    result = {"benchmark": "scaling_calibration", "rows": rows, "stall": stall,
+    result = {"benchmark": "scaling_calibration", "rows": rows, "share": share, "machine": rows[0]["machine"],
               "fitted_on": {"path": "per_node", "cap_mbit": fitted_on["cap_mbit"]}}
     with open(os.path.join(out, "scaling_calibration.json"), "w") as f:
         json.dump(result, f, indent=1)

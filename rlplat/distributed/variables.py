@@ -22,8 +22,9 @@ policy lives (``rlplat.distributed.weight_publisher``):
 - on another node (``per_node``), it asks for the newest version's object
   reference and fetches that object, so Ray moves each version to the node
   once and every actor there reads that one copy; with ``prefetch`` the
-  object, like the answer, arrives while the actor steps on, so a slow link
-  makes the weights older, not the actor slower;
+  object, like the answer, arrives while the actor steps on (the actor never
+  waits for it, though a link full of weights still delays its inserts:
+  bench/results/scaling.md, calibration);
 - otherwise (a learner group, ``per_node`` off, a block that cannot be read)
   every pull carries the weights over Ray, as the first one did.
 """
