@@ -1,0 +1,170 @@
+"""Start-up of README command (a): seconds from launch to each milestone, beside what those seconds are made of.
+
+1. **Milestones** (``--runs`` runs of ``rlplat train d4pg --env cartpole:swingup``,
+   started as a user starts them, each stopped at 2,000 env steps): Ray up,
+   replay ready, learner ready, first actor step and first learner step, read
+   from each run's ``run_info.json`` (``startup_s``); the median of each.
+2. **Parts** (``--repeats`` fresh processes each, median): Python alone; each
+   import the run's processes pay (Ray, TensorFlow, Reverb, dm_control with
+   MuJoCo, rlplat's learner and actor modules); a local Ray started the way
+   ``rlplat train`` starts it; and the environment steps the actors must write
+   before the learner's first batch (``min_replay_size`` at the run's env
+   steps/s).
+
+The report puts the first learner step beside the sum of the parts that lie
+on its path one after another (Ray up, then the learner process's imports,
+then the replay warm-up), which no overlap of workers can go under. The
+machine's load average is recorded with each figure: run it on a quiet
+machine.
+
+    python bench/startup.py [--runs 3] [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import cli_runs  # noqa: E402
+
+MILESTONES = ("ray_up", "replay_ready", "learner_ready", "first_actor_step", "first_learner_step")
+IMPORTS = {
+    "python alone": "pass",
+    "numpy": "import numpy",
+    "ray": "import ray",
+    "tensorflow": "import tensorflow",
+    "tensorflow + reverb": "import tensorflow, reverb",
+    "dm_control suite (MuJoCo)": "from dm_control import suite",
+    "rlplat learner worker": "import rlplat.distributed.workers.learner",
+    "rlplat actor worker": "import rlplat.distributed.workers.actor",
+}
+RAY_UP = ("import time; t = time.perf_counter(); from rlplat.distributed import cluster; "
+          "c = cluster.connect(None); print(time.perf_counter() - t); cluster.disconnect(c)")
+
+
+def _seconds(code: str) -> float:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", MUJOCO_GL=os.environ.get("MUJOCO_GL", "osmesa"))
+    start = time.perf_counter()
+    subprocess.run([sys.executable, "-c", code], check=True, env=env, capture_output=True, timeout=300)
+    return time.perf_counter() - start
+
+
+def measure_parts(repeats: int, log) -> Dict[str, float]:
+    """Median wall seconds of each import in a fresh process, less Python's own start; and Ray's start."""
+    parts: Dict[str, float] = {}
+    for name, code in IMPORTS.items():
+        parts[name] = statistics.median(_seconds(code) for _ in range(repeats))
+        log(f"{name}: {parts[name]:.2f} s")
+    base = parts.pop("python alone")
+    parts = {name: max(0.0, s - base) for name, s in parts.items()}
+    parts["python alone"] = base
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    ray_up = []
+    for _ in range(repeats):
+        done = subprocess.run([sys.executable, "-c", RAY_UP], check=True, env=env, capture_output=True, text=True,
+                              timeout=300)
+        ray_up.append(float(done.stdout.strip().splitlines()[-1]))
+    parts["local ray start (cluster.connect)"] = statistics.median(ray_up)
+    log(f"local ray start: {parts['local ray start (cluster.connect)']:.2f} s")
+    return parts
+
+
+def measure_runs(runs: int, log) -> List[Dict[str, Any]]:
+    """``runs`` short runs of README command (a); each run's ``startup_s`` and env steps/s."""
+    out = []
+    for i in range(runs):
+        folder = tempfile.mkdtemp(prefix="startup_")
+        logdir = os.path.join(folder, "run")
+        seconds = cli_runs.run(["train", "d4pg", "--env", "cartpole:swingup", "--max-actor-steps", "2000",
+                                "--eval-every-steps", "2000", "--eval-episodes", "1", "--seed", str(100 + i),
+                                "--logdir", logdir], os.path.join(folder, "console.log"), bench="startup")
+        with open(os.path.join(logdir, "run_info.json"), encoding="utf-8") as f:
+            info = json.load(f)
+        with open(os.path.join(logdir, "config.json"), encoding="utf-8") as f:
+            min_replay = json.load(f)["agent"]["min_replay_size"]
+        rates = [json.loads(line).get("env_steps_per_second") for line in open(os.path.join(logdir, "metrics.jsonl"))]
+        rates = [r for r in rates if r]
+        out.append({"startup_s": info["startup_s"], "wall_s": seconds, "min_replay_size": min_replay,
+                    "env_steps_per_s": rates[-1] if rates else None, "load_average": os.getloadavg()[0]})
+        log(f"run {i}: " + ", ".join(f"{k} {v:.1f}" for k, v in info["startup_s"].items()))
+    return out
+
+
+def report(parts: Dict[str, float], runs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """Median milestones, and the floor: the parts that follow one another on the first learner step's path."""
+    milestones = {m: statistics.median(r["startup_s"][m] for r in runs if m in r["startup_s"]) for m in MILESTONES}
+    rate = statistics.median(r["env_steps_per_s"] for r in runs if r["env_steps_per_s"])
+    warmup = runs[0]["min_replay_size"] / rate
+    floor = {"python and local ray start": parts["python alone"] + parts["local ray start (cluster.connect)"],
+             "learner process: python, tensorflow + reverb, rlplat's learner": (
+                 parts["python alone"] + parts["tensorflow + reverb"] + parts["rlplat learner worker"]),
+             f"replay warm-up: {runs[0]['min_replay_size']} env steps at {rate:.0f}/s": warmup}
+    return {"milestones_s": milestones, "parts_s": parts, "floor_s": floor, "floor_total_s": sum(floor.values()),
+            "first_learner_step_over_floor": milestones["first_learner_step"] / sum(floor.values()),
+            "target_first_learner_step_s": 8.0}
+
+
+def plot(result: Dict[str, Any], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.2))
+    left = 0.0
+    for name, seconds in result["floor_s"].items():
+        ax.barh(["floor (in series)"], [seconds], left=[left], label=name)
+        left += seconds
+    ms = result["milestones_s"]
+    ax.barh(["measured milestones"], [ms["first_learner_step"]], color="lightgray")
+    for m in MILESTONES:
+        ax.plot([ms[m]], ["measured milestones"], "k|", markersize=18)
+        ax.annotate(m.replace("_", " "), (ms[m], 1), xytext=(0, 14), textcoords="offset points", rotation=35,
+                    fontsize=7)
+    ax.axvline(result["target_first_learner_step_s"], color="r", ls="--", label="issue 31's target (8 s)")
+    ax.set_xlabel("seconds from launch")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv=None) -> int:
+    from seeds import machine
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    args = parser.parse_args(argv)
+    started = time.time()
+
+    def log(msg):
+        print(f"[{time.time() - started:6.1f}s] {msg}", flush=True)
+
+    load_before = os.getloadavg()[0]
+    parts = measure_parts(args.repeats, log)
+    runs = measure_runs(args.runs, log)
+    result = {"benchmark": "startup", "machine": machine(), "load_average_before": load_before, "runs": runs,
+              **report(parts, runs)}
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "startup.json"), "w") as f:
+        json.dump(result, f, indent=1)
+    plot(result, os.path.join(args.out, "startup.png"))
+    log("milestones (median): " + ", ".join(f"{k} {v:.1f} s" for k, v in result["milestones_s"].items()))
+    log(f"floor: {result['floor_total_s']:.1f} s = " + " + ".join(f"{k} {v:.1f}" for k, v in result["floor_s"].items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
