@@ -230,6 +230,13 @@ def _calibration(d: Dict[str, Any]) -> List[str]:
             "table: [results/scaling.md](results/scaling.md), Calibration"]
 
 
+def _startup(d: Dict[str, Any]) -> List[str]:
+    ms = d["milestones_s"]
+    return ["median seconds from launch: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in ms.items()),
+            f"serial floor {d['floor_total_s']:.1f} s: " + "; ".join(f"{k} {v:.1f}" for k, v in d["floor_s"].items()),
+            f"issue 31's target for the first learner step: {d['target_first_learner_step_s']:g} s"]
+
+
 # bench module -> (result JSON, headline extractor). A bench without a result
 # yet is listed with "no result yet".
 BENCHES: Dict[str, tuple] = {
@@ -247,6 +254,7 @@ BENCHES: Dict[str, tuple] = {
     "replay_capacity": ("replay_capacity.json", _replay_capacity),
     "scaling": ("scaling.json", _scaling),
     "scaling_calibration": ("scaling_calibration.json", _calibration),
+    "startup": ("startup.json", _startup),
     "envpool_eval": ("envpool_eval.json", _envpool),
     "bc_rollout_noise": ("bc_rollout_noise.json", _bc_noise),
     "scale_check": ("scale_check.json", _scale_check),
