@@ -48,6 +48,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
+import throughput_report  # noqa: E402
+
 ACTOR_COUNTS = (1, 2, 4, 8)
 NODE_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 
@@ -453,10 +455,7 @@ def main(argv=None) -> int:
     parser.add_argument("--nic-gbit", type=float, default=10.0)
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     args = parser.parse_args(argv)
-    started = time.time()
-
-    def log(msg):
-        print(f"[{time.time() - started:6.1f}s] {msg}", flush=True)
+    log = throughput_report.logger(time.time())
 
     path = os.path.join(args.out, "scaling.json")
     report: Dict[str, Any] = {"benchmark": "scaling"}

@@ -41,6 +41,9 @@ from typing import Any, Dict, List
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+sys.path.insert(0, REPO)
+
+import throughput_report  # noqa: E402
 SCRIPT = os.path.join(REPO, "scripts", "multinode_cluster.sh")
 HEAD, WORKERS = "10.231.7.1", {"w1": "10.231.7.2", "w2": "10.231.7.3"}
 PATHS = {"per_node": [], "per_actor": ["--weights-per-actor"],
@@ -226,10 +229,7 @@ def main(argv=None) -> int:
         args.caps = sorted({int(c) for c in args.caps.split(",")}, reverse=True)
     except ValueError:
         parser.error(f"--caps takes whole Mbit/s separated by commas (got {args.caps!r})")
-    started = time.time()
-
-    def log(msg):
-        print(f"[{time.time() - started:6.1f}s] {msg}", flush=True)
+    log = throughput_report.logger(time.time())
 
     if not args.report_only:
         run_calibration(args, log)

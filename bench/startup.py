@@ -34,8 +34,10 @@ from typing import Any, Dict, List
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
 
 import cli_runs  # noqa: E402
+import throughput_report  # noqa: E402
 
 MILESTONES = ("ray_up", "replay_ready", "learner_ready", "first_actor_step", "first_learner_step")
 IMPORTS = {
@@ -147,10 +149,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     args = parser.parse_args(argv)
-    started = time.time()
-
-    def log(msg):
-        print(f"[{time.time() - started:6.1f}s] {msg}", flush=True)
+    log = throughput_report.logger(time.time())
 
     load_before = os.getloadavg()[0]
     parts = measure_parts(args.repeats, log)
