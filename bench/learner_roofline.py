@@ -181,6 +181,49 @@ def _tf_shape_rates(tf, shapes: Sequence[Shape], seconds: float, chains: int,
     return rates
 
 
+def _tf_cast_costs(tf, shapes: Sequence[Shape], seconds: float) -> Dict[str, Dict[str, float]]:
+    """Microseconds per product of each shape: in float32, in bfloat16 alone, and as ``BF16Dense`` runs it
+    (input and kernel cast to bfloat16, the product cast back to float32): what the casts add.
+
+    Chained as in ``_tf_shape_rates`` (best of 3 rounds, one chain); the float32
+    operands are fresh each call, as the learner's activations and weights are.
+    """
+    out = {}
+    for m, k, n in shapes:
+        x, w = tf.random.normal((m, k)), tf.random.normal((k, n))
+        xb, wb = tf.cast(x, tf.bfloat16), tf.cast(w, tf.bfloat16)
+        kinds = {"fp32": (tf.matmul, x, w), "bf16": (tf.matmul, xb, wb), "bf16_with_casts": (_bf16_dense_product, x, w)}
+        out[f"{m}x{k}x{n}"] = {f"{name}_us": _chain_us(tf, *kind, seconds / 3) for name, kind in kinds.items()}
+    return out
+
+
+def _bf16_dense_product(a, b):
+    import tensorflow as tf
+
+    return tf.cast(tf.matmul(tf.cast(a, tf.bfloat16), tf.cast(b, tf.bfloat16)), tf.float32)
+
+
+def _chain_us(tf, product, a, b, seconds: float, reps: int = 32) -> float:
+    """Best microseconds per ``product(a, b)`` over 3 rounds of ``seconds / 3``, ``reps`` chained per call."""
+    @tf.function
+    def loop():
+        last = product(a, b)
+        for _ in range(reps - 1):
+            with tf.control_dependencies([last]):
+                last = product(a, b)
+        return last
+
+    loop().numpy()
+    best = float("inf")
+    for _ in range(3):
+        calls, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds / 3:
+            loop().numpy()
+            calls += 1
+        best = min(best, (time.perf_counter() - t0) / (calls * reps))
+    return best * 1e6
+
+
 def _abba_rates(learners: Dict[str, Any], seconds: float, rounds: int) -> Dict[str, List[float]]:
     """Steps/s of each learner, timed in turn A B B A ... (``rounds`` each) so drift in the machine's load
     falls on both alike; ``seconds`` in all."""
@@ -265,7 +308,15 @@ def run_tf(args) -> Dict[str, Any]:
                                                  "batch": batch_size, "steps_per_call": builder.steps_per_call,
                                                  "jit_compile": builder.jit_compile, "tf_threads": [intra, inter],
                                                  "precision": p})
-    return combine(reports)
+    out = combine(reports)
+    if "bf16" in precisions:
+        costs = _tf_cast_costs(tf, sorted(counted), args.peak_seconds)
+        # Every product of the step as if it paid a forward's casts: an estimate of what they cost a step.
+        cast_ms = sum(count * (costs[f"{m}x{k}x{n}"]["bf16_with_casts_us"] - costs[f"{m}x{k}x{n}"]["bf16_us"])
+                      for (m, k, n), count in counted.items()) / 1e3
+        out["bf16_casts"] = {"per_shape": costs, "estimated_cast_ms_per_step": cast_ms,
+                             "bf16_step_ms": 1e3 / reports["bf16"]["learner_steps_per_s"]}
+    return out
 
 
 def combine(reports: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
@@ -390,6 +441,13 @@ def main(argv=None) -> int:
               f"{100 * r['fraction_of_peak']:.0f}% (target 50%); {args.square}^3 peak "
               f"{r['square_gflop_per_s']:.1f}; matmuls would take {100 * r['matmul_share']:.0f}% "
               f"of the step at peak; graph count matches: {r['matmuls_match_graph']}")
+    casts = report.get("bf16_casts")
+    if casts:
+        for shape, t in casts["per_shape"].items():
+            print(f"  {shape}: fp32 {t['fp32_us']:.0f} us, bf16 {t['bf16_us']:.0f} us, bf16 with its casts "
+                  f"{t['bf16_with_casts_us']:.0f} us")
+        print(f"bf16 casts: about {casts['estimated_cast_ms_per_step']:.1f} ms of a {casts['bf16_step_ms']:.1f} ms "
+              "bf16 step")
     ratio = report.get("bf16_over_fp32")
     if ratio:
         print(f"bf16 / fp32: learner steps/s {ratio['learner_steps_per_s']:.2f}x (target 1.4x), same-shape peak "

@@ -157,6 +157,13 @@ def costs() -> Dict[str, Any]:
     }
 
 
+def replay_inserts_per_core(samples_per_insert: float) -> float:
+    """Inserts/s one Reverb server core takes when each insert is also sampled ``samples_per_insert``
+    times: from ``replay_capacity.json``'s per-item server costs (at D4PG's 32, the model's replay figure)."""
+    cap = _load("replay_capacity.json")["capacity"]
+    return 1e6 / (cap["server_cpu_us_per_insert"] + samples_per_insert * cap["server_cpu_us_per_sampled_item"])
+
+
 def model(c: Dict[str, Any], nodes: int, cores: int, servers: int, learner: str, nic_gbit: float,
           publish_period: int = 1, per_node: bool = True) -> Dict[str, Any]:
     """Each stage's ceiling in env steps/s for one cluster shape, the bottleneck, and the weights' lag.
@@ -231,6 +238,47 @@ def link_model(base: Dict[str, Any], cap_mbit: float, per_node: bool, share: flo
             "weight_bytes_per_env_step": bytes_per_env_step, "link_binds_weights": ceiling < base["env_steps_per_s"],
             "lag_learner_steps": base["policy_lag_median"],
             "rx_bytes_per_node": statistics.mean(base["rx_bytes"].values())}
+
+
+def relay_link_model(base: Dict[str, Any], cap_mbit: float, link_factor: float) -> Dict[str, Any]:
+    """``link_model`` for ``--weight-relay``: a narrow link makes the actors staler, not slower.
+
+    A node's relay asks for the newest version only once the one it is
+    fetching has arrived, so one version at a time crosses the link, and the
+    inserts keep their share of it: the env and learner steps/s stay the base
+    run's. A version takes ``T = version_bytes / (link_factor * rate)`` to
+    cross (``link_factor``: the link's effective rate over the cap for one
+    stream, fitted on one capped run), so it is ``T * learner_steps_per_s``
+    learner steps older when the actors get it than on the base run, and the
+    relay fetches at most ``1 / T`` versions per second of the
+    ``learner_steps_per_s / publish_period`` published: the bytes per node
+    fall in that proportion.
+    """
+    rate = cap_mbit * 1e6 / 8
+    learner = base["learner_steps_per_s"]
+
+    def crossing_s(mbit):
+        return base["version_bytes"] / (link_factor * mbit * 1e6 / 8)
+
+    extra_lag = (crossing_s(cap_mbit) - crossing_s(base["cap_mbit"])) * learner
+    fetched = min(1.0, (1.0 / crossing_s(cap_mbit)) / (learner / base["publish_period"]))
+    return {"env_steps_per_s": base["env_steps_per_s"], "learner_steps_per_s": learner,
+            "link_ceiling_env_steps_per_s": None, "link_binds_weights": fetched < 1.0,
+            "weight_bytes_per_env_step": fetched * base["version_bytes"] * base["versions_published"]
+            / base["max_actor_steps"], "crossing_s": base["version_bytes"] / (link_factor * rate),
+            "lag_learner_steps": base["policy_lag_median"] + max(0.0, extra_lag),
+            "rx_bytes_per_node": fetched * statistics.mean(base["rx_bytes"].values())}
+
+
+def fit_relay_factor(base: Dict[str, Any], run: Dict[str, Any]) -> float:
+    """The ``link_factor`` of ``relay_link_model`` that gives ``run``'s measured lag."""
+    extra = run["policy_lag_median"] - base["policy_lag_median"]
+    if extra <= 0:
+        raise ValueError(f"the relay run at {run['cap_mbit']} Mbit/s is no staler than its base: "
+                         "the link does not bind")
+    bits = base["version_bytes"] * 8
+    # extra = bits * learner * (1 / cap - 1 / cap_base) / (factor * 1e6)
+    return bits * base["learner_steps_per_s"] * (1 / run["cap_mbit"] - 1 / base["cap_mbit"]) / (extra * 1e6)
 
 
 def fit_share(base: Dict[str, Any], run: Dict[str, Any], per_node: bool) -> float:
@@ -345,7 +393,34 @@ def rule_of_thumb(report: Dict[str, Any], cores: int, nic_gbit: float) -> str:
                      f"{r['env_steps_per_s']:,.0f} env steps/s ({r['bottleneck']}-bound), the actors at most "
                      f"{r['lag_learner_steps']:,.0f} learner steps behind")
         text += "."
+    relay = _relay_rows()
+    if relay:
+        narrow = min(relay, key=lambda r: r["cap_mbit"])
+        wide = max(relay, key=lambda r: r["cap_mbit"])
+        text += (f" Where a node's own link binds, **`--weight-relay`** keeps the actors' pace and makes them "
+                 f"staler instead: on the capped three-node cluster at {narrow['cap_mbit']} Mbit/s it ran "
+                 f"{narrow['measured']['env_steps_per_s']:,.0f} env steps/s, {narrow['measured']['policy_lag']:,.0f} "
+                 "learner steps behind, where one object per version ran "
+                 f"{_measured(narrow['cap_mbit'], 'per_node'):,.0f}; uncapped it ran "
+                 f"{wide['measured']['env_steps_per_s']:,.0f} against {_measured(wide['cap_mbit'], 'per_node'):,.0f}.")
     return text
+
+
+def _calibration_rows(path: str) -> List[Dict[str, Any]]:
+    file = os.path.join(HERE, "results", "scaling_calibration.json")
+    if not os.path.exists(file):
+        return []
+    with open(file) as f:
+        return [r for r in json.load(f)["rows"] if r["path"] == path]
+
+
+def _relay_rows() -> List[Dict[str, Any]]:
+    return _calibration_rows("relay")
+
+
+def _measured(cap_mbit: int, path: str) -> float:
+    return next((r["measured"]["env_steps_per_s"] for r in _calibration_rows(path) if r["cap_mbit"] == cap_mbit),
+                float("nan"))
 
 
 def write_rule_into_readme(text: str) -> None:
@@ -362,7 +437,8 @@ def write_rule_into_readme(text: str) -> None:
 
 
 _PATH_NAMES = {"per_node": "once per node", "per_actor": "once per actor",
-               "per_node_2_shards": "once per node, 2 replay servers"}
+               "per_node_2_shards": "once per node, 2 replay servers",
+               "relay": "once per node, relay process"}
 
 
 def _calibration_lines() -> List[str]:
@@ -405,6 +481,23 @@ def _calibration_lines() -> List[str]:
               "inserts, so the whole run slows until the versions it publishes fit the link, and every version "
               "still reaches every node. `--weight-publish-period` is the lever: the weights' bytes per env "
               "step fall in proportion."]
+    ceiling = calibration.get("replay_ceiling")
+    if ceiling:
+        lines += ["", f"**Replay ceiling** ({ceiling['servers']} servers, samples per insert "
+                  f"{ceiling['samples_per_insert']:g}). The runs above never fill two servers, so the ceiling is "
+                  "read from cost: the servers' CPU against inserts/s over the sharded runs (their link caps set "
+                  "different rates) is a line whose slope is the CPU per insert, its samples included; one core "
+                  "per server over that slope is the measured ceiling. The model's is "
+                  "`replay_inserts_per_core`, from `replay_capacity.json` (one server driven to its limit by "
+                  "synthetic writers and a sampler).", "",
+                  "| link cap (Mbit/s) | inserts/s | sampled items/s | server cores busy |", "|---|---|---|---|"]
+        lines += [f"| {r['cap_mbit']:,} | {r['inserts_per_s']:,.0f} | {r['sampled_items_per_s']:,.0f} | "
+                  f"{r['server_cores']:.3f} |" for r in ceiling["runs"]]
+        lines += ["", f"Slope: {ceiling['cpu_us_per_insert']:.1f} us of server CPU per insert; idle: "
+                  f"{ceiling['idle_server_cores']:.3f} cores. Ceiling: measured "
+                  f"{ceiling['measured_inserts_per_s']:,.0f} inserts/s, model {ceiling['model_inserts_per_s']:,.0f} "
+                  f"(measured / model {ceiling['ratio_measured_over_model']:.2f}; within 25%: "
+                  f"{'yes' if ceiling['within_25pct'] else 'no'})."]
     return lines + [""]
 
 

@@ -3,10 +3,13 @@
 ``scripts/multinode_cluster.sh`` starts a head (the learner, with replay) and
 two worker nodes of two actors each, every node in its own network namespace.
 For each cap in ``--caps`` (Mbit/s, both ways on each worker node's link), D4PG
-runs on cartpole:swingup with weights once per node (the default) and with
-``--weights-per-actor``; uncapped and at the largest cap below, also with
-replay split over two servers (``--num-replay-shards 2``), whose measured
-samples per insert is checked against the setting. The policy is widened to
+runs on cartpole:swingup with weights once per node (the default: an object
+reference per version), once per node through a relay process
+(``--weight-relay``) and with ``--weights-per-actor``; uncapped, at the
+largest cap below and at the smallest, also with replay split over two
+servers (``--num-replay-shards 2``), whose measured samples per insert is
+checked against the setting and whose CPU per insert gives the measured
+replay ceiling (``replay_ceiling``). The policy is widened to
 about 1 MB per version, so that the weights, not the few bytes of each
 transition, are what a link carries. Each run records, over its steady part
 (after a quarter of the env steps): env steps/s, learner steps/s, the actors'
@@ -36,7 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -47,10 +50,14 @@ import throughput_report  # noqa: E402
 SCRIPT = os.path.join(REPO, "scripts", "multinode_cluster.sh")
 HEAD, WORKERS = "10.231.7.1", {"w1": "10.231.7.2", "w2": "10.231.7.3"}
 PATHS = {"per_node": [], "per_actor": ["--weights-per-actor"],
-         # Replay split over two servers, uncapped and at the largest cap below: the second server's
-         # CPU changes the compute-bound base, so this path has its own.
+         # The other way to one copy per node: a relay process per node, into its shared memory.
+         "relay": ["--weight-relay"],
+         # Replay split over two servers, uncapped, at the largest cap below and at the smallest: the
+         # second server's CPU changes the compute-bound base, so this path has its own; three insert
+         # rates give the servers' CPU per insert (the replay ceiling) as a slope.
          "per_node_2_shards": ["--num-replay-shards", "2"]}
 SHARDED = "per_node_2_shards"
+PER_NODE_PATHS = ("per_node", "relay", SHARDED)
 NUM_ACTORS = 4
 BATCH_SIZE, SAMPLES_PER_INSERT = 32, 4
 
@@ -109,6 +116,15 @@ def _measure(state: str, logdir: str, args, extra: List[str]) -> Dict[str, Any]:
     learner_span = steady_learner[-1]["wall_time"] - steady_learner[0]["wall_time"]
     published = [r for r in learner if "weight_versions_published" in r]
     lags = [r["remote_policy_lag"] for r in steady_learner if "remote_policy_lag" in r]
+    with_cpu = [r for r in steady_learner if "replay_server_cpu_s" in r and "replay_inserts" in r]
+    replay = None
+    if len(with_cpu) >= 2:  # the replay servers' CPU over the steady part (servers of their own only)
+        a, b = with_cpu[0], with_cpu[-1]
+        dt = b["wall_time"] - a["wall_time"]
+        replay = {"server_cores": (b["replay_server_cpu_s"] - a["replay_server_cpu_s"]) / dt,
+                  "inserts_per_s": (b["replay_inserts"] - a["replay_inserts"]) / dt,
+                  "sampled_items_per_s": (b["replay_samples"] - a["replay_samples"]) / dt,
+                  "servers": sum(1 for k in b if k.startswith("replay_shard") and k.endswith("_cpu_s")) or 1}
     with open(os.path.join(logdir, "run_info.json"), encoding="utf-8") as f:
         placement = json.load(f)["node_placement"]
     actors_per_node = {ip: sum(placement[f"actor {i}"]["node_ip"] == ip for i in range(NUM_ACTORS))
@@ -125,6 +141,7 @@ def _measure(state: str, logdir: str, args, extra: List[str]) -> Dict[str, Any]:
             "tx_bytes": {ip: after[ip]["tx"] - before[ip]["tx"] for ip in WORKERS.values()},
             "actors_per_node": actors_per_node, "batch_size": BATCH_SIZE, "samples_per_insert": SAMPLES_PER_INSERT,
             "measured_samples_per_insert": last_learner_with(learner, "samples_per_insert"),
+            "replay": replay,
             "publishing_seconds": published[-1]["wall_time"] - learner[0]["wall_time"],
             "steady_seconds": span, "wall_seconds": seconds}
 
@@ -138,7 +155,7 @@ def run_calibration(args, log) -> None:
     from seeds import machine
 
     todo = [(cap, path) for cap in args.caps for path in PATHS
-            if path != SHARDED or cap in args.caps[:2]
+            if path != SHARDED or cap in (*args.caps[:2], args.caps[-1])
             if args.no_reuse or not os.path.exists(_record_path(args.out, path, cap))]
     if not todo:
         log("every (path, cap) has a record; --no-reuse runs them again")
@@ -192,16 +209,21 @@ def report(out: str) -> Dict[str, Any]:
     if fitted_on is None:
         return {"benchmark": "scaling_calibration", "rows": rows, "share": None}
     share = scaling.fit_share(records["per_node"][0], fitted_on, per_node=True)
+    relay_fit = records["relay"][-1] if len(records.get("relay", [])) > 1 else None
+    relay_factor = scaling.fit_relay_factor(records["relay"][0], relay_fit) if relay_fit else None
     for path, runs in records.items():
         base = runs[0]
         for r in runs:
-            predicted = scaling.link_model(base, r["cap_mbit"], per_node=(path != "per_actor"), share=share)
+            if path == "relay":
+                predicted = scaling.relay_link_model(base, r["cap_mbit"], relay_factor)
+            else:
+                predicted = scaling.link_model(base, r["cap_mbit"], per_node=path in PER_NODE_PATHS, share=share)
             measured = {"env_steps_per_s": r["env_steps_per_s"], "policy_lag": r["policy_lag_median"],
                         "mib_per_node": statistics.mean(r["rx_bytes"].values()) / 2**20}
             model = {"env_steps_per_s": predicted["env_steps_per_s"], "policy_lag": predicted["lag_learner_steps"],
                      "mib_per_node": predicted["rx_bytes_per_node"] / 2**20}
             rows.append({"path": path, "cap_mbit": r["cap_mbit"],
-                         "role": "base" if r is base else ("fit" if r is fitted_on else "predicted"),
+                         "role": "base" if r is base else ("fit" if r in (fitted_on, relay_fit) else "predicted"),
                          "measured": measured, "predicted": model, "link_binds": predicted["link_binds_weights"],
                          "within_25pct": {k: measured[k] is not None and abs(measured[k] - v) <= 0.25 * abs(measured[k])
                                           for k, v in model.items()},
@@ -209,10 +231,48 @@ def report(out: str) -> Dict[str, Any]:
                                                 "measured": r.get("measured_samples_per_insert")},
                          "publish_period": r["publish_period"], "machine": r["machine"]})
     result = {"benchmark": "scaling_calibration", "rows": rows, "share": share, "machine": rows[0]["machine"],
-              "fitted_on": {"path": "per_node", "cap_mbit": fitted_on["cap_mbit"]}}
+              "fitted_on": {"path": "per_node", "cap_mbit": fitted_on["cap_mbit"]},
+              "relay_link_factor": relay_factor,
+              "relay_fitted_on": relay_fit and {"path": "relay", "cap_mbit": relay_fit["cap_mbit"]},
+              "replay_ceiling": replay_ceiling(records.get(SHARDED, []))}
     with open(os.path.join(out, "scaling_calibration.json"), "w") as f:
         json.dump(result, f, indent=1)
     return result
+
+
+def replay_ceiling(runs: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The replay servers' ceiling measured on the sharded runs beside the model's for the same settings.
+
+    The runs' inserts never come near what two servers take, so the ceiling
+    is read from cost, not from saturation: the servers' CPU (cores busy)
+    against inserts/s over the runs' different rates (the link caps set
+    them) is a line whose slope is the CPU per insert, its samples included,
+    and whose intercept is what the servers use idle (Ray's threads, Reverb's
+    polling). One core per server over that slope is the measured ceiling.
+    The model's is ``scaling.replay_inserts_per_core`` at the runs'
+    samples-per-insert, from ``replay_capacity.json`` (a server driven to its
+    limit by synthetic writers and a sampler, items of batch 256).
+    """
+    import numpy as np
+    import scaling
+
+    points = [r for r in runs if r.get("replay")]
+    if len(points) < 2:
+        return None
+    x = np.array([r["replay"]["inserts_per_s"] for r in points])
+    y = np.array([r["replay"]["server_cores"] for r in points])
+    slope, intercept = np.polyfit(x, y, 1)
+    servers = points[0]["replay"]["servers"]
+    spi = points[0]["samples_per_insert"]
+    model_per_core = scaling.replay_inserts_per_core(spi)
+    measured_per_core = 1.0 / slope if slope > 0 else float("inf")
+    return {"runs": [{"cap_mbit": r["cap_mbit"], **r["replay"]} for r in points],
+            "servers": servers, "samples_per_insert": spi,
+            "cpu_us_per_insert": float(slope) * 1e6, "idle_server_cores": float(intercept),
+            "measured_inserts_per_s": servers * float(measured_per_core),
+            "model_inserts_per_s": servers * model_per_core,
+            "ratio_measured_over_model": float(measured_per_core / model_per_core),
+            "within_25pct": bool(abs(measured_per_core - model_per_core) <= 0.25 * measured_per_core)}
 
 
 def main(argv=None) -> int:
@@ -241,6 +301,11 @@ def main(argv=None) -> int:
             f"(model {p['env_steps_per_s']:.0f}), lag {lag} (model {p['policy_lag']:.0f}), "
             f"MiB/node {m['mib_per_node']:.1f} "
             f"(model {p['mib_per_node']:.1f})")
+    ceiling = result.get("replay_ceiling")
+    if ceiling:
+        log(f"replay ceiling, {ceiling['servers']} servers at samples per insert {ceiling['samples_per_insert']:g}: "
+            f"measured {ceiling['measured_inserts_per_s']:,.0f} inserts/s ({ceiling['cpu_us_per_insert']:.1f} us "
+            f"per insert), model {ceiling['model_inserts_per_s']:,.0f}")
     import scaling
 
     return scaling.main(["--out", args.out])

@@ -3,7 +3,11 @@
 1. **Milestones** (``--runs`` runs of ``rlplat train d4pg --env cartpole:swingup``,
    started as a user starts them, each stopped at 2,000 env steps): Ray up,
    replay ready, learner ready, first actor step and first learner step, read
-   from each run's ``run_info.json`` (``startup_s``); the median of each.
+   from each run's ``run_info.json`` (``startup_s``); the median of each. Beside
+   them, the learner process's own path (``learner_startup_s``): when the
+   driver asked Ray for it, when its process started, entered its
+   constructor, had imported TensorFlow, served replay, had built the
+   learner, and was ready.
 2. **Parts** (``--repeats`` fresh processes each, median): Python alone; each
    import the run's processes pay (Ray, TensorFlow, Reverb, dm_control with
    MuJoCo, rlplat's learner and actor modules); a local Ray started the way
@@ -96,7 +100,8 @@ def measure_runs(runs: int, log) -> List[Dict[str, Any]]:
             min_replay = json.load(f)["agent"]["min_replay_size"]
         rates = [json.loads(line).get("env_steps_per_second") for line in open(os.path.join(logdir, "metrics.jsonl"))]
         rates = [r for r in rates if r]
-        out.append({"startup_s": info["startup_s"], "wall_s": seconds, "min_replay_size": min_replay,
+        out.append({"startup_s": info["startup_s"], "learner_startup_s": info.get("learner_startup_s"),
+                    "wall_s": seconds, "min_replay_size": min_replay,
                     "env_steps_per_s": rates[-1] if rates else None, "load_average": os.getloadavg()[0]})
         log(f"run {i}: " + ", ".join(f"{k} {v:.1f}" for k, v in info["startup_s"].items()))
     return out
@@ -111,7 +116,11 @@ def report(parts: Dict[str, float], runs: List[Dict[str, Any]]) -> Dict[str, Any
              "learner process: python, tensorflow + reverb, rlplat's learner": (
                  parts["python alone"] + parts["tensorflow + reverb"] + parts["rlplat learner worker"]),
              f"replay warm-up: {runs[0]['min_replay_size']} env steps at {rate:.0f}/s": warmup}
-    return {"milestones_s": milestones, "parts_s": parts, "floor_s": floor, "floor_total_s": sum(floor.values()),
+    steps = [r["learner_startup_s"] for r in runs if r.get("learner_startup_s")]
+    # The learner process's own path to "ready", step by step (median seconds from launch).
+    learner_path = ({k: statistics.median(s[k] for s in steps if k in s) for k in steps[0]} if steps else None)
+    return {"milestones_s": milestones, "learner_path_s": learner_path, "parts_s": parts, "floor_s": floor,
+            "floor_total_s": sum(floor.values()),
             "first_learner_step_over_floor": milestones["first_learner_step"] / sum(floor.values()),
             "target_first_learner_step_s": 8.0}
 
@@ -161,6 +170,9 @@ def main(argv=None) -> int:
         json.dump(result, f, indent=1)
     plot(result, os.path.join(args.out, "startup.png"))
     log("milestones (median): " + ", ".join(f"{k} {v:.1f} s" for k, v in result["milestones_s"].items()))
+    if result["learner_path_s"]:
+        log("learner's path (median s from launch): "
+            + ", ".join(f"{k} {v:.1f}" for k, v in result["learner_path_s"].items()))
     log(f"floor: {result['floor_total_s']:.1f} s = " + " + ".join(f"{k} {v:.1f}" for k, v in result["floor_s"].items()))
     return 0
 

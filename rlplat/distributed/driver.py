@@ -123,6 +123,7 @@ class Driver:
         self.loop.startup_milestone("ray_up")
         # The workers start first: the driver's own set-up below then runs
         # while their processes start, instead of before.
+        launch_requested = time.time()
         workers.launch()
         if self.restored_step is not None:
             self.counts.restore(self.logdir, self.restored_step)
@@ -136,6 +137,11 @@ class Driver:
         ready = workers.await_ready()
         self.loop.startup_milestone("learner_ready")
         self.loop.startup_milestone("replay_ready", ready.get("replay_ready_time"))
+        if ready.get("startup_times"):  # the learner's own steps, for a profile of the start-up
+            launched = self.loop.startup.launched
+            steps = dict(ready["startup_times"], launch_requested=launch_requested)
+            run_dir.update_run_info(self.logdir, {"learner_startup_s": {
+                step: round(when - launched, 3) for step, when in sorted(steps.items(), key=lambda kv: kv[1])}})
         self.counts.learner_steps = int(ready["learner_steps"])
         self._report_replay_restore(workers.replay_restore)
 

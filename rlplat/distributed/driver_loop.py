@@ -368,11 +368,31 @@ class ControlLoop(ActorCare):
                 stats.update({replay_shards.metric_key(i, key.replace("replay_", "")): value
                               for key, value in shard.items()})
             self.replay_shard_stats = per_shard
+        cpu = self._replay_cpu_seconds(timeout_s)
+        if cpu is not None:  # servers in processes of their own: their CPU is replay's alone
+            stats["replay_server_cpu_s"] = sum(cpu)
+            if len(cpu) > 1:
+                stats.update({replay_shards.metric_key(i, "cpu_s"): value for i, value in enumerate(cpu)})
         d_inserts = inserts - previous.get("replay_inserts", 0)
         d_samples = samples - previous.get("replay_samples", 0)
         stats["samples_per_insert_recent"] = d_samples / d_inserts if d_inserts > 0 else math.nan
         self.replay_stats = stats
         return True
+
+    def _replay_cpu_seconds(self, timeout_s: float) -> Optional[List[float]]:
+        """Each replay server process's CPU seconds so far; None when replay lives in the learner
+        (its CPU is not replay's alone) or a server did not answer within ``timeout_s``."""
+        servers = self.workers.replay_shards
+        if not servers:
+            return None
+        refs = [server.cpu_seconds.remote() for server in servers]
+        ready, _ = self.calls.wait(refs, len(refs), timeout_s)
+        if len(ready) < len(refs):
+            return None
+        try:
+            return [float(x) for x in ray.get(refs, timeout=1.0)]
+        except (ray.exceptions.RayError, TimeoutError):
+            return None
 
     def _replay_counts(self, timeout_s: float) -> Optional[List[Dict[str, int]]]:
         """Each server's counts, as the learner reads them; None: no answer within ~``timeout_s``.

@@ -59,6 +59,11 @@ class RayLayoutConfig:
         the node once and its actors share that copy
         (``rlplat.distributed.weight_publisher``); False: each actor pulls
         every version over Ray (``--weights-per-actor``, for comparison).
+      weight_relay: with ``weights_per_node``, the copy per node goes through a
+        relay process on each actor node (``rlplat.distributed.weight_relay``,
+        ``--weight-relay``) into that node's shared memory, instead of an
+        object reference per version that each actor resolves: the learner
+        answers one call per node per poll, not one per actor per pull.
       weight_publish_period: learner steps between two published policy
         versions (``--weight-publish-period``): what actors act on, and how
         often weights cross the network. 1 keeps the actors' lag at about
@@ -137,6 +142,7 @@ class RayLayoutConfig:
     envs_per_actor: int = 1
     shared_weights: bool = True
     weights_per_node: bool = True
+    weight_relay: bool = False
     weight_publish_period: int = 1
 
     def __post_init__(self):
@@ -165,6 +171,9 @@ class RayLayoutConfig:
             field = "colocate_replay" if self.colocate_replay else "replay_checkpoint"
             raise ValueError(f"num_replay_shards {self.num_replay_shards} runs each shard in its own process "
                              f"and does not checkpoint replay yet: drop {field} or use one shard")
+        if self.weight_relay and not self.weights_per_node:
+            raise ValueError("weight_relay sends one copy of the weights per node, but the actors are set to "
+                             "pull one each (per-actor weights): drop one of the two")
         if self.num_learner_workers > 1 and self.colocate_replay:
             raise ValueError(f"num_learner_workers {self.num_learner_workers} needs replay in its own "
                              "process: drop colocate_replay or use one learner worker")

@@ -25,6 +25,10 @@ policy lives (``rlplat.distributed.weight_publisher``):
   object, like the answer, arrives while the actor steps on (the actor never
   waits for it, though a link full of weights still delays its inserts:
   bench/results/scaling.md, calibration);
+- on another node with ``relay`` (``--weight-relay``), it reads the shared
+  memory of that node's relay (``rlplat.distributed.weight_relay``), which
+  it starts if no actor there has yet: one process per node fetches each
+  version, and the actors make no Ray call at all;
 - otherwise (a learner group, ``per_node`` off, a block that cannot be read)
   every pull carries the weights over Ray, as the first one did.
 """
@@ -62,7 +66,7 @@ class RemoteVariableSource(core.VariableSource):
     """
 
     def __init__(self, handle, timeout_s: float = 60.0, first_timeout_s: Optional[float] = None,
-                 prefetch: bool = False, shared: bool = True, per_node: bool = True):
+                 prefetch: bool = False, shared: bool = True, per_node: bool = True, relay: bool = False):
         if isinstance(handle, str):
             handle = ray.get_actor(handle)
         self._handle = handle
@@ -78,6 +82,7 @@ class RemoteVariableSource(core.VariableSource):
         self._want_shared = bool(shared)
         self._shared = None  # SharedWeightsReader once attached
         self._want_per_node = bool(per_node)
+        self._want_relay = bool(relay)
         self._asked_where = not (self._want_shared or self._want_per_node)  # _attach asks once
         self._by_reference = False  # pulls answered with an object reference (another node)
         self.num_shared_reads = 0  # pulls answered from shared memory (new versions or not)
@@ -162,11 +167,29 @@ class RemoteVariableSource(core.VariableSource):
             self._shared = SharedWeightsReader.attach(info)
         if self._shared is not None or learner_node == here or not self._want_per_node:
             return
+        if self._want_relay:
+            self._shared = self._attach_relay()
+            if self._shared is None:
+                print("rlplat: actor: this node has no weight relay it can read; each actor pulls every "
+                      "version over Ray", flush=True)
+            return
         if info and info.get("per_node"):
             self._by_reference = True
         else:
             print("rlplat: actor: the learner serves no per-node weights (a learner group or an older "
                   "learner); each actor pulls every version over Ray", flush=True)
+
+    def _attach_relay(self):
+        """A reader of this node's relay block (the relay started if need be); None when there is none."""
+        from rlplat.distributed import weight_relay  # pylint: disable=g-import-not-at-top
+        from rlplat.distributed.shared_weights import SharedWeightsReader  # pylint: disable=g-import-not-at-top
+
+        try:
+            relay = weight_relay.relay_for_this_node(self._handle, self._timeout_s)
+            info = self._wait(relay.shared_weights_info.remote(), "the weight relay's shared_weights_info")
+        except (LearnerUnavailableError, ray.exceptions.RayError, ValueError):
+            return None
+        return SharedWeightsReader.attach(info)
 
     def _adopt(self, key: Tuple[str, ...], fresh) -> None:
         if fresh is not None:

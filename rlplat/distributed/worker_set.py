@@ -232,7 +232,8 @@ class WorkerSet:
                                       prefetch_weights=layout.prefetch_weights,
                                       envs_per_actor=layout.envs_per_actor,
                                       shared_weights=layout.shared_weights,
-                                      weights_per_node=layout.weights_per_node)
+                                      weights_per_node=layout.weights_per_node,
+                                      weight_relay=layout.weight_relay)
 
     def _report_placement(self) -> None:
         """Prints the node each worker landed on; records it in run_info.json.
@@ -322,6 +323,11 @@ class WorkerSet:
                 ray.get(self.learner.release_shared_weights.remote(), timeout=2.0)
             except Exception:  # pylint: disable=broad-except  (a learner group has none)
                 pass
+        if self.learner is not None and self.layout.weight_relay:
+            # Detached: a relay outlives the actor that started it, so the run ends its own.
+            from rlplat.distributed import weight_relay  # pylint: disable=g-import-not-at-top
+
+            weight_relay.end_relays(self.learner)
         servers = self.replay_shards or [self.replay]
         for handle in [s.handle for s in self.slots] + [self.evaluator, self.learner, *servers]:
             kill_worker(handle)

@@ -84,6 +84,11 @@ def add_run_flags(parser: argparse.ArgumentParser, agent: str, default_env: str,
     parser.add_argument("--weights-per-actor", action="store_true",
                         help="actors on other nodes each pull every policy version over Ray, instead of "
                              "one copy per node through Ray's object store (for comparison)")
+    parser.add_argument("--weight-relay", action="store_true",
+                        help="one relay process on each actor node fetches every policy version and puts "
+                             "it in the node's shared memory, where its actors read it: the learner answers "
+                             "one call per node instead of one per actor (default: an object reference "
+                             "per version, which each actor resolves from its node's object store)")
     parser.add_argument("--debug-eager", action="store_true",
                         help="run each learner step eagerly on one device through the same step "
                              "function, so a breakpoint() in it stops there (attach with `ray debug`); "
@@ -359,6 +364,7 @@ def layout_kwargs_from_args(args: argparse.Namespace) -> Dict[str, Any]:
                 num_replay_shards=args.num_replay_shards,
                 weight_publish_period=args.weight_publish_period,
                 weights_per_node=not args.weights_per_actor,
+                weight_relay=bool(args.weight_relay),
                 **common.placement_from_args(args))
 
 

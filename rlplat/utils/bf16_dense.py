@@ -25,10 +25,21 @@ from typing import Type
 import tensorflow as tf
 
 
+# A product with an input or output this narrow stays float32: its three casts cost more than
+# bfloat16 saves (the critic's 51-atom head, a 1-D action, the observation layer; per-shape times
+# in bench/results/learner_roofline.json, "bf16_casts").
+MIN_BF16_WIDTH = 64
+
+
 class BF16Dense(tf.keras.layers.Dense):
-    """``tf.keras.layers.Dense`` with a bfloat16 product and float32 state and output (see the module doc)."""
+    """``tf.keras.layers.Dense`` with a bfloat16 product and float32 state and output (see the module doc).
+
+    Layers with fewer than ``MIN_BF16_WIDTH`` inputs or units multiply in float32.
+    """
 
     def call(self, inputs: tf.Tensor) -> tf.Tensor:
+        if min(int(inputs.shape[-1]), self.units) < MIN_BF16_WIDTH:
+            return super().call(inputs)
         x = tf.cast(inputs, tf.bfloat16)
         kernel = tf.cast(self.kernel, tf.bfloat16)
         if x.shape.rank == 2:

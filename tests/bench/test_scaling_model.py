@@ -62,3 +62,24 @@ def test_cluster_model_counts_the_weights_as_bytes_per_env_step_on_the_learners_
     row = scaling.model(costs, nodes=4, cores=16, servers=1, learner="gpu", nic_gbit=1.0, publish_period=1000,
                         per_node=False)
     assert row["ceilings"]["network"] == pytest.approx(1.25e8 / (3300 + 8000))
+
+
+def test_the_replay_ceiling_is_one_core_per_server_over_the_cpu_per_insert_slope():
+    import json
+
+    import scaling_calibration
+
+    runs = [{"cap_mbit": cap, "samples_per_insert": 4,
+             "replay": {"inserts_per_s": rate, "server_cores": 0.03 + 20e-6 * rate, "sampled_items_per_s": 4 * rate,
+                        "servers": 2}}
+            for cap, rate in ((1000, 3000.0), (40, 2000.0), (10, 1000.0))]
+    ceiling = scaling_calibration.replay_ceiling(runs)
+    assert ceiling["cpu_us_per_insert"] == pytest.approx(20.0)
+    assert ceiling["idle_server_cores"] == pytest.approx(0.03)
+    assert ceiling["measured_inserts_per_s"] == pytest.approx(2 * 50_000)
+    with open(os.path.join(BENCH, "results", "replay_capacity.json")) as f:
+        cap = json.load(f)["capacity"]
+    per_core = 1e6 / (cap["server_cpu_us_per_insert"] + 4 * cap["server_cpu_us_per_sampled_item"])
+    assert ceiling["model_inserts_per_s"] == pytest.approx(2 * per_core)
+    assert ceiling["within_25pct"] == (abs(50_000 - per_core) <= 0.25 * 50_000)
+    assert scaling_calibration.replay_ceiling(runs[:1]) is None  # one rate gives no slope

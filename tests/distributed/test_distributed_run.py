@@ -176,6 +176,14 @@ def test_run_writes_logs_checkpoint_and_run_info(first_run):
     assert set(up) == {"ray_up", "replay_ready", "learner_ready", "first_actor_step", "first_learner_step"}
     assert 0 < up["ray_up"] <= up["replay_ready"] <= up["learner_ready"] <= up["first_learner_step"], up
     assert up["ray_up"] < up["first_actor_step"] < up["first_learner_step"], up  # learning waits for inserts
+    # The learner's own path, in the order it is walked, ending with the replay and learner milestones.
+    path = info["learner_startup_s"]
+    # (Ray may hand the learner a worker process it started before it was asked.)
+    assert [k for k in sorted(path, key=path.get) if k != "process_started"] == [
+        "launch_requested", "init_entered", "tensorflow_imported", "replay_ready", "learner_built", "init_done"], path
+    assert up["ray_up"] <= path["launch_requested"]
+    assert path["replay_ready"] == pytest.approx(up["replay_ready"], abs=2e-3)
+    assert path["init_done"] <= up["learner_ready"], (path, up)
 
 
 def test_actors_are_seeded_distinctly_and_deterministically(first_run):
@@ -612,6 +620,13 @@ def test_two_replay_shards_split_the_actors_and_keep_samples_per_insert_over_bot
     slack = num_shards * (error_buffer + spi)
     assert abs(sum(samples) - spi * (sum(inserts) - num_shards * min_size)) <= slack, (inserts, samples)
     assert summary.samples_per_insert == pytest.approx(sum(samples) / sum(inserts))
+    # Each server's process CPU goes into the learner records: what replay costs, shard by shard.
+    with open(tmp_path / "run" / "metrics.jsonl", encoding="utf-8") as f:
+        cpu = [r for r in map(json.loads, f) if r.get("role") == "learner" and "replay_server_cpu_s" in r]
+    assert len(cpu) >= 2, "no learner record carries the replay servers' CPU"
+    for r in cpu:
+        assert r["replay_server_cpu_s"] == pytest.approx(r["replay_shard0_cpu_s"] + r["replay_shard1_cpu_s"])
+    assert 0 < cpu[0]["replay_server_cpu_s"] < cpu[-1]["replay_server_cpu_s"]
     print(f"shards {addresses}: inserts {inserts}, samples {samples}, run SPI {summary.samples_per_insert:.2f} "
           f"(limiter {spi:g}, bound +-{slack:.0f} samples)")
 

@@ -228,6 +228,8 @@ CASES = [
     ("scale-check-margin", ["scale-check", "d4pg", "--actors", "1,4", "--margin", "1.5"], ["--margin", "(0, 1)"]),
     ("scale-check-uneven-shards", ["scale-check", "d4pg", "--actors", "1,4", "--replay-shards", "1,3"],
      ["--num-actors 4 is not a multiple of --num-replay-shards 3"]),
+    ("weight-relay-with-weights-per-actor", [*D4PG, "--weight-relay", "--weights-per-actor"],
+     ["--weight-relay sends one copy of the weights per node", "drop one of the two"]),
     ("scale-check-logdir-not-empty", ["scale-check", "d4pg", "--actors", "1,4", "--logdir", "{run}"],
      ["not empty"]),
     ("sweep-empty-grid", ["sweep", "d4pg", "--grid", "sigma="], ["--grid"]),

@@ -10,6 +10,10 @@ learner steps:
   actors there read the same copy. The node receives at most one copy per
   published version (plus Ray's and Reverb's own traffic), although its two
   actors adopted, together, well over that many versions;
+- ``--weight-relay``: one relay process per worker node fetches each
+  version and puts it in the node's shared memory, where both actors read
+  it: again at most one copy per published version reaches the node, and
+  the actors make no weight call over Ray after their first;
 - ``--weights-per-actor``: each actor pulls every version it adopts over
   Ray, and the node receives at least one copy per actor per adoption.
 """
@@ -75,15 +79,16 @@ def _run(state, logdir, *extra):
     with open(os.path.join(logdir, "run_info.json"), encoding="utf-8") as f:
         placement = json.load(f)["node_placement"]
     learner = [r for r in _records(logdir, "learner") if "weight_versions_published" in r][-1]
-    pulls = {}
+    pulls, shared_reads = {}, {}
     for r in _records(logdir, "actor"):
         if r.get("weight_pulls") is not None:
             pulls[r["actor_index"]] = r["weight_pulls"]  # the last record: the total
+            shared_reads[r["actor_index"]] = r.get("shared_weight_reads") or 0
     per_node = {}
     for ip in (W1, W2):
         indices = [i for i in range(4) if placement[f"actor {i}"]["node_ip"] == ip]
         per_node[ip] = {"rx": after[ip] - before[ip], "actors": indices,
-                        "pulls": [pulls[i] for i in indices]}
+                        "pulls": [pulls[i] for i in indices], "shared_reads": [shared_reads[i] for i in indices]}
     return {"nodes": per_node, "published": learner["weight_versions_published"],
             "version_bytes": learner["weight_version_bytes"], "stdout": run.stdout}
 
@@ -92,6 +97,7 @@ def _run(state, logdir, *extra):
 def runs(cluster, tmp_path_factory):
     base = tmp_path_factory.mktemp("multinode_weights")
     out = {"per_node": _run(cluster, str(base / "per_node")),
+           "relay": _run(cluster, str(base / "relay"), "--weight-relay"),
            "per_actor": _run(cluster, str(base / "per_actor"), "--weights-per-actor")}
     for name, run in out.items():
         print(f"\n{name}: {run['published']} versions of {run['version_bytes']:,} B published; "
@@ -106,8 +112,9 @@ def test_two_actors_ran_on_each_worker_node(runs):
         assert run["version_bytes"] > 10**6  # weights dominate what a node receives
 
 
-def test_per_node_a_version_crosses_each_link_once(runs):
-    run = runs["per_node"]
+@pytest.mark.parametrize("path", ["per_node", "relay"])
+def test_per_node_a_version_crosses_each_link_once(runs, path):
+    run = runs[path]
     size = run["version_bytes"]
     for ip, node in run["nodes"].items():
         # The node's actors adopted this many versions between them: per actor, they would all cross.
@@ -116,6 +123,12 @@ def test_per_node_a_version_crosses_each_link_once(runs):
         assert node["rx"] <= run["published"] * size + OTHER_TRAFFIC, (ip, node)
         # ... and at least one of each version an actor there adopted.
         assert node["rx"] >= max(node["pulls"]) * size, (ip, node)
+
+
+def test_with_a_relay_the_actors_read_their_nodes_shared_memory(runs):
+    for ip, node in runs["relay"]["nodes"].items():
+        # Every adoption after the first came from the relay's block: many reads, no pull over Ray.
+        assert all(reads > pulls > 1 for reads, pulls in zip(node["shared_reads"], node["pulls"])), (ip, node)
 
 
 def test_per_actor_every_adopted_version_crosses_the_link(runs):

@@ -40,6 +40,8 @@ class ActorWorker:
         memory when on its host (``RemoteVariableSource(shared=...)``).
       weights_per_node: on another node, fetch each policy version as one
         object per node (``RemoteVariableSource(per_node=...)``).
+      weight_relay: on another node, read the policy from the shared memory of
+        that node's relay (``RemoteVariableSource(relay=...)``).
       envs_per_actor: K environments stepped side by side with one policy
         call per step (``rlplat.vector_loop``). Environment j has its own
         actor object (exploration index ``actor_index * K + j``, seed
@@ -56,7 +58,7 @@ class ActorWorker:
                  actor_index: int, seed: int, variable_source, replay_address: Optional[str],
                  weights_timeout_s: float = 60.0, startup_timeout_s: float = 300.0,
                  incarnation: int = 0, prefetch_weights: bool = False, envs_per_actor: int = 1,
-                 shared_weights: bool = True, weights_per_node: bool = True):
+                 shared_weights: bool = True, weights_per_node: bool = True, weight_relay: bool = False):
         started = time.perf_counter()
         process.setup_worker(1, 1, hide_gpus=True)
         from rlplat import specs  # pylint: disable=g-import-not-at-top
@@ -73,7 +75,7 @@ class ActorWorker:
         self._source = RemoteVariableSource(variable_source, timeout_s=weights_timeout_s,
                                             first_timeout_s=startup_timeout_s,
                                             prefetch=prefetch_weights, shared=shared_weights,
-                                            per_node=weights_per_node)
+                                            per_node=weights_per_node, relay=weight_relay)
         if replay_address is None:
             replay_address = self._source.replay_address()
         # With replay shards every actor writes to one of them.

@@ -18,6 +18,7 @@ import numpy as np
 from rlplat import core
 from rlplat import run_dir
 from rlplat.distributed import process
+from rlplat.distributed import startup_times
 from rlplat.distributed.learner_service import LearnerService
 from rlplat.distributed.weight_publisher import WeightPublisher
 from rlplat.distributed.workers import common
@@ -82,12 +83,17 @@ class LearnerWorker(LearnerService):
             # Read when the strategy is built (below): it must be set first.
             os.environ["TF_CONFIG"] = json.dumps(tf_config)
             num_replicas = 1  # MWMS takes each worker's GPUs (or its CPU) itself.
+        # Wall-clock times of this worker's own start-up steps (``ready()``): where the seconds before
+        # the replay server and the learner are ready go.
+        self._startup_times = {"process_started": startup_times.process_launch_time(), "init_entered": time.time()}
         self._tf_config = tf_config
         self._builder, self._environment_spec = builder, environment_spec
         process.setup_worker(threads[0], threads[1], hide_gpus=not use_gpus,
                              num_cpu_replicas=None if use_gpus else num_replicas)
         from rlplat import replication  # pylint: disable=g-import-not-at-top
         from rlplat.utils import checkpointing  # pylint: disable=g-import-not-at-top
+
+        self._startup_times["tensorflow_imported"] = time.time()
 
         self._server = None
         self._logdir, self._replay_checkpoint = logdir, bool(replay_checkpoint)
@@ -114,6 +120,7 @@ class LearnerWorker(LearnerService):
         # so the learner gets no logdir of its own.
         self._learner = builder.make_learner(environment_spec, self._replicator, learner_address,
                                              logdir=None)
+        self._startup_times["learner_built"] = time.time()
         self._checkpointer = checkpointing.Checkpointer(
             run_dir.checkpoints_dir(logdir), is_chief=self._replicator.is_chief,
             max_to_keep=max_checkpoints_to_keep, **self._learner.checkpointables())
@@ -133,6 +140,7 @@ class LearnerWorker(LearnerService):
         if self._replicator.is_chief and tf_config is None:
             self._publisher = WeightPublisher(lambda: self.get_variables(["policy"]), weight_publish_period)
             self._publisher.publish()
+        self._startup_times["init_done"] = time.time()
 
     def ready(self) -> Dict[str, Any]:
         """What the driver needs once the learner is up."""
@@ -141,6 +149,7 @@ class LearnerWorker(LearnerService):
                 "devices": self._devices(),
                 "pid": os.getpid(), "node_ip": common.node_ip(), "replay_colocated": self._server is not None,
                 "replay_ready_time": self._replay_ready_time,
+                "startup_times": dict(self._startup_times, replay_ready=self._replay_ready_time),
                 "is_chief": self._replicator.is_chief, "num_workers": self._replicator.num_workers,
                 "worker_index": int(self._tf_config["task"]["index"]) if self._tf_config else 0,
                 "eager": self._replicator.eager,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Dict, Optional
 
 from rlplat.distributed import process
@@ -87,6 +88,10 @@ class ReplayServer:
 
     def ping(self) -> bool:
         return True
+
+    def cpu_seconds(self) -> float:
+        """CPU seconds this process has used, Reverb's server threads included: what replay costs."""
+        return time.process_time()
 
     def stop(self) -> None:
         self._server.stop()

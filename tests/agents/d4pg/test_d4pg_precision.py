@@ -7,7 +7,7 @@ The bars and their reasons are ``tests/precision_parity.py``'s.
 
 What runs in which precision is asserted too: the variables and the
 optimizers' slots are float32, the critic's logits and the policy's actions
-float32, every matrix product of the step bfloat16.
+float32, every wide matrix product of the step bfloat16.
 """
 
 import os
@@ -72,9 +72,11 @@ def test_bf16_computes_in_bfloat16_and_keeps_float32_state(pair):
         assert {v.dtype for v in net.variables} == {tf.float32}
     obs, act = batches[0].observation, batches[0].action
     assert bf16.critic((obs, act)).dtype == tf.float32 and bf16.policy(obs).dtype == tf.float32
-    # Every product of the step (forward and backward) runs in bfloat16; none does under fp32.
+    # The wide products of the step (forward and backward) run in bfloat16; those with a side under
+    # MIN_BF16_WIDTH (the observation layer, the 51-atom head, the 1-D action) in float32; none is
+    # bfloat16 under fp32.
     products = parity.matmul_dtypes(bf16._grads_fn, _batch_tensors(batches[0]))  # pylint: disable=protected-access
-    assert set(products) == {"bfloat16"} and sum(products.values()) > 30, products
+    assert products["bfloat16"] > 20 and products["bfloat16"] > products["float32"] > 0, products
     fp32_products = parity.matmul_dtypes(fp32._grads_fn, _batch_tensors(batches[0]))  # pylint: disable=protected-access
     assert set(fp32_products) == {"float32"}
     assert {s.dtype for s in bf16.critic_optimizer.variables} <= {tf.float32, tf.int64}

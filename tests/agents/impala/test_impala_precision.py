@@ -45,7 +45,9 @@ def test_bf16_steps_match_fp32_steps_on_fixed_batches(core, spec):
         b.assign(a.numpy())
     obs = tf.constant(batches[0].observation)
     products = parity.matmul_dtypes(tf.function(bf16.network.unroll), obs)
-    assert products["bfloat16"] == 4 and bf16.network.unroll(obs)[0].dtype == tf.float32, products  # 2 torsos
+    # 2 torsos: each one's 256-wide product in bfloat16; their observation layers (inputs narrower than
+    # bf16_dense.MIN_BF16_WIDTH) and the heads in float32.
+    assert products == {"bfloat16": 2, "float32": 4} and bf16.network.unroll(obs)[0].dtype == tf.float32, products
     assert {v.dtype for v in bf16.network.variables} == {tf.float32}
     for step in range(STEPS):
         m32, m16 = fp32.step(), bf16.step()
