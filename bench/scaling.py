@@ -17,7 +17,9 @@
    stage's ceiling in env steps/s:
    - acting: N x C actor processes x one actor's env steps per CPU-second;
    - replay: S x one server core's inserts/s (each insert also pays for its
-     32 sampled items);
+     32 sampled items, sampled batch / S per call: a call has a fixed cost, so
+     more servers cost more per item; ``replay_costs_us``, fitted on
+     ``replay_capacity`` runs at 16 and 256 items per call);
    - learner: learner steps/s x batch / samples-per-insert;
    - network: the learner node's NIC, which receives every insert, sends every
      sampled item and each weight version once per actor node (or per actor);
@@ -42,7 +44,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -144,6 +146,7 @@ def costs() -> Dict[str, Any]:
     return {
         "actor_env_steps_per_cpu_s": tp["actor"]["results"]["1"]["actor_steps_per_cpu_s"],
         "replay_inserts_per_s_per_server_core": cap["capacity"]["inserts_per_s_per_server_core"],
+        "replay_costs_us": dict(replay_costs_us(cfg.global_batch_size), batch=cfg.global_batch_size),
         "learner_steps_per_s": {"cpu": roof["learner_steps_per_s"],
                                 **{name: d["learner_steps_per_s"] for name, d in gpu.items()}},
         "gpu_device": next(iter(gpu.values()))["device"] if gpu else None,
@@ -157,11 +160,49 @@ def costs() -> Dict[str, Any]:
     }
 
 
-def replay_inserts_per_core(samples_per_insert: float) -> float:
-    """Inserts/s one Reverb server core takes when each insert is also sampled ``samples_per_insert``
-    times: from ``replay_capacity.json``'s per-item server costs (at D4PG's 32, the model's replay figure)."""
+# One server, 2 writers and a sampler, on one machine: sampled batches of 16 and of 256 items.
+REPLAY_BATCH_FILES = {16: "replay_capacity_b16.json", 256: "replay_capacity_b256.json"}
+
+
+def replay_costs_us(batch: Optional[int] = None) -> Dict[str, float]:
+    """A Reverb server's CPU microseconds per inserted item and per sampled item, when it is sampled
+    ``batch`` items per call.
+
+    A sample call has a fixed cost spread over its items, so the per-item cost
+    is ``a + c / batch``, fitted on ``replay_capacity.py`` runs at two batch
+    sizes (``REPLAY_BATCH_FILES``); the insert cost is their mean. With one
+    server of D4PG's batch of 256 a call takes 256 items, with S servers
+    256 / S each, and a small-batch run pays several times more per item (the
+    calibration's sharded runs, ``scaling_calibration.py``). Without both
+    files, ``replay_capacity.json``'s figures at its own batch.
+    """
+    if batch is not None and all(os.path.exists(os.path.join(HERE, "results", f)) for f in REPLAY_BATCH_FILES.values()):
+        (b1, f1), (b2, f2) = sorted(REPLAY_BATCH_FILES.items())
+        c1, c2 = _load(f1)["capacity"], _load(f2)["capacity"]
+        s1, s2 = c1["server_cpu_us_per_sampled_item"], c2["server_cpu_us_per_sampled_item"]
+        per_call = (s1 - s2) / (1 / b1 - 1 / b2)
+        return {"insert": 0.5 * (c1["server_cpu_us_per_insert"] + c2["server_cpu_us_per_insert"]),
+                "sampled_item": s2 - per_call / b2 + per_call / batch, "per_sample_call": per_call}
     cap = _load("replay_capacity.json")["capacity"]
-    return 1e6 / (cap["server_cpu_us_per_insert"] + samples_per_insert * cap["server_cpu_us_per_sampled_item"])
+    return {"insert": cap["server_cpu_us_per_insert"], "sampled_item": cap["server_cpu_us_per_sampled_item"]}
+
+
+def replay_inserts_per_core(samples_per_insert: float, batch: Optional[int] = None) -> float:
+    """Inserts/s one Reverb server core takes when each insert is also sampled ``samples_per_insert``
+    times, ``batch`` items per sample call (``replay_costs_us``)."""
+    cost = replay_costs_us(batch)
+    return 1e6 / (cost["insert"] + samples_per_insert * cost["sampled_item"])
+
+
+def _replay_per_core(c: Dict[str, Any], servers: int) -> float:
+    """One server core's inserts/s in the model: each server sampled batch / servers items per call
+    (``replay_costs_us``), when the costs carry the per-call fit; else the one measured figure."""
+    fit = c.get("replay_costs_us")
+    if not fit or "per_sample_call" not in fit:
+        return c["replay_inserts_per_s_per_server_core"]
+    items = max(1, c["batch"] // servers)
+    item = fit["sampled_item"] + fit["per_sample_call"] * (1 / items - 1 / fit["batch"])
+    return 1e6 / (fit["insert"] + c["samples_per_insert"] * item)
 
 
 def model(c: Dict[str, Any], nodes: int, cores: int, servers: int, learner: str, nic_gbit: float,
@@ -185,7 +226,7 @@ def model(c: Dict[str, Any], nodes: int, cores: int, servers: int, learner: str,
     weights_per_step = c["samples_per_insert"] / (c["batch"] * publish_period) * copies * c["policy_bytes"]
     ceilings = {
         "acting": actors * c["actor_env_steps_per_cpu_s"],
-        "replay": servers * c["replay_inserts_per_s_per_server_core"],
+        "replay": servers * _replay_per_core(c, servers),
         "learner": c["learner_steps_per_s"][learner] * c["batch"] / c["samples_per_insert"],
         "network": nic / (data_per_step + weights_per_step),
     }

@@ -250,8 +250,8 @@ def replay_ceiling(runs: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     and whose intercept is what the servers use idle (Ray's threads, Reverb's
     polling). One core per server over that slope is the measured ceiling.
     The model's is ``scaling.replay_inserts_per_core`` at the runs'
-    samples-per-insert, from ``replay_capacity.json`` (a server driven to its
-    limit by synthetic writers and a sampler, items of batch 256).
+    samples-per-insert and items per sample call (the batch over the
+    servers), from ``replay_capacity.py`` runs at two batch sizes.
     """
     import numpy as np
     import scaling
@@ -264,10 +264,11 @@ def replay_ceiling(runs: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     slope, intercept = np.polyfit(x, y, 1)
     servers = points[0]["replay"]["servers"]
     spi = points[0]["samples_per_insert"]
-    model_per_core = scaling.replay_inserts_per_core(spi)
+    per_call = points[0]["batch_size"] // servers  # every batch takes an equal share from each server
+    model_per_core = scaling.replay_inserts_per_core(spi, per_call)
     measured_per_core = 1.0 / slope if slope > 0 else float("inf")
     return {"runs": [{"cap_mbit": r["cap_mbit"], **r["replay"]} for r in points],
-            "servers": servers, "samples_per_insert": spi,
+            "servers": servers, "samples_per_insert": spi, "items_per_sample_call": per_call,
             "cpu_us_per_insert": float(slope) * 1e6, "idle_server_cores": float(intercept),
             "measured_inserts_per_s": servers * float(measured_per_core),
             "model_inserts_per_s": servers * model_per_core,

@@ -69,7 +69,7 @@ def test_the_replay_ceiling_is_one_core_per_server_over_the_cpu_per_insert_slope
 
     import scaling_calibration
 
-    runs = [{"cap_mbit": cap, "samples_per_insert": 4,
+    runs = [{"cap_mbit": cap, "samples_per_insert": 4, "batch_size": 32,
              "replay": {"inserts_per_s": rate, "server_cores": 0.03 + 20e-6 * rate, "sampled_items_per_s": 4 * rate,
                         "servers": 2}}
             for cap, rate in ((1000, 3000.0), (40, 2000.0), (10, 1000.0))]
@@ -77,9 +77,17 @@ def test_the_replay_ceiling_is_one_core_per_server_over_the_cpu_per_insert_slope
     assert ceiling["cpu_us_per_insert"] == pytest.approx(20.0)
     assert ceiling["idle_server_cores"] == pytest.approx(0.03)
     assert ceiling["measured_inserts_per_s"] == pytest.approx(2 * 50_000)
-    with open(os.path.join(BENCH, "results", "replay_capacity.json")) as f:
-        cap = json.load(f)["capacity"]
-    per_core = 1e6 / (cap["server_cpu_us_per_insert"] + 4 * cap["server_cpu_us_per_sampled_item"])
+    # The model's: per sampled item a + c / 16 (a batch of 32 over 2 servers), a and c through the
+    # costs measured at 16 and 256 items per call; per insert their mean.
+    costs = {}
+    for b in (16, 256):
+        with open(os.path.join(BENCH, "results", f"replay_capacity_b{b}.json")) as f:
+            costs[b] = json.load(f)["capacity"]
+    s16, s256 = (costs[b]["server_cpu_us_per_sampled_item"] for b in (16, 256))
+    c = (s16 - s256) / (1 / 16 - 1 / 256)
+    assert s256 - c / 256 + c / 16 == pytest.approx(s16)  # at 16 items per call: the measured cost
+    insert = (costs[16]["server_cpu_us_per_insert"] + costs[256]["server_cpu_us_per_insert"]) / 2
+    per_core = 1e6 / (insert + 4 * s16)
     assert ceiling["model_inserts_per_s"] == pytest.approx(2 * per_core)
     assert ceiling["within_25pct"] == (abs(50_000 - per_core) <= 0.25 * 50_000)
     assert scaling_calibration.replay_ceiling(runs[:1]) is None  # one rate gives no slope
