@@ -179,6 +179,18 @@ def task_summary(task: str, records: Sequence[Dict[str, Any]]) -> Dict[str, Any]
     return out
 
 
+def _with_current_defaults(settings: Dict[str, Any]) -> Dict[str, Any]:
+    """``settings`` with config fields added since the record was made set to their defaults.
+
+    A field is added with a default that keeps the old behaviour (``precision``
+    came as fp32), so a record without it ran at that default; a default that
+    changed later still differs, as the old record names its own value.
+    """
+    from rlplat_agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top  (no TF)
+
+    return dict(settings, config={**D4PGConfig().to_dict(), **settings.get("config", {})})
+
+
 def write_report(out_dir: str) -> Dict[str, Any]:
     """Rebuilds d4pg_suite.json/.png from every recorded seed."""
     import json  # pylint: disable=g-import-not-at-top
@@ -188,8 +200,8 @@ def write_report(out_dir: str) -> Dict[str, Any]:
                               "environment steps (no action repeat: one agent step is one env step), "
                               "as CURL counts them", "published_source": CURL, "variants": {}}
     for name, records in sorted(variants.items()):
-        settings = records[0]["settings"]
-        records = [r for r in records if r["settings"] == settings]
+        settings = _with_current_defaults(records[0]["settings"])
+        records = [r for r in records if _with_current_defaults(r["settings"]) == settings]
         variant, _, _ = name.rpartition("-")
         entry = task_summary(settings["env"], records)
         entry.update(settings=settings, machines=sorted({r["machine"]["cpu_model"] for r in records}),

@@ -197,6 +197,15 @@ def _tf_cast_costs(tf, shapes: Sequence[Shape], seconds: float) -> Dict[str, Dic
     return out
 
 
+def cast_ms_per_step(counted: Dict[Shape, int], costs: Dict[str, Dict[str, float]]) -> float:
+    """What the casts add to a bf16 step, estimated: every product that runs in bfloat16 (no side under
+    ``bf16_dense.MIN_BF16_WIDTH``; the narrow ones stay float32) as if it paid a forward's three casts."""
+    from rlplat.utils.bf16_dense import MIN_BF16_WIDTH
+
+    return sum(count * (costs[f"{m}x{k}x{n}"]["bf16_with_casts_us"] - costs[f"{m}x{k}x{n}"]["bf16_us"])
+               for (m, k, n), count in counted.items() if min(m, k, n) >= MIN_BF16_WIDTH) / 1e3
+
+
 def _bf16_dense_product(a, b):
     import tensorflow as tf
 
@@ -311,10 +320,7 @@ def run_tf(args) -> Dict[str, Any]:
     out = combine(reports)
     if "bf16" in precisions:
         costs = _tf_cast_costs(tf, sorted(counted), args.peak_seconds)
-        # Every product of the step as if it paid a forward's casts: an estimate of what they cost a step.
-        cast_ms = sum(count * (costs[f"{m}x{k}x{n}"]["bf16_with_casts_us"] - costs[f"{m}x{k}x{n}"]["bf16_us"])
-                      for (m, k, n), count in counted.items()) / 1e3
-        out["bf16_casts"] = {"per_shape": costs, "estimated_cast_ms_per_step": cast_ms,
+        out["bf16_casts"] = {"per_shape": costs, "estimated_cast_ms_per_step": cast_ms_per_step(counted, costs),
                              "bf16_step_ms": 1e3 / reports["bf16"]["learner_steps_per_s"]}
     return out
 
