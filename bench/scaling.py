@@ -502,8 +502,10 @@ def _calibration_lines() -> List[str]:
              f"{rows[0]['samples_per_insert']['setting']:g}. Each path's uncapped run is its base; `share` = "
              f"{calibration['share']:.2f} (the part of a link the weights can fill before the actors' inserts, "
              f"queued behind them, hold the actors back) is fitted on the per-node run at {fit['cap_mbit']} Mbit/s; "
-             "every other row is predicted by "
-             f"`link_model`. Measured on {machine.get('cpu_model')} ({machine.get('cpus')} cores).", "",
+             "every other row is predicted by `link_model`, but the relay's, by `relay_link_model`"
+             + (f" (its link factor {calibration['relay_link_factor']:.2f} fitted on the relay run at "
+                f"{calibration['relay_fitted_on']['cap_mbit']} Mbit/s)" if calibration.get("relay_link_factor") else "")
+             + f". Measured on {machine.get('cpu_model')} ({machine.get('cpus')} cores).", "",
              "| weights | link cap (Mbit/s) | env steps/s: measured (model) | lag, learner steps: measured (model) "
              "| MiB received per node: measured (model) | samples per insert | row | within 25% |",
              "|---|---|---|---|---|---|---|---|"]
@@ -517,11 +519,13 @@ def _calibration_lines() -> List[str]:
                      f"{m['env_steps_per_s']:,.0f} ({p['env_steps_per_s']:,.0f}) | {lag} ({p['policy_lag']:,.0f}) | "
                      f"{m['mib_per_node']:,.1f} ({p['mib_per_node']:,.1f}) | "
                      f"{'-' if spi is None else f'{spi:.2f}'} | {r['role']} | {ok} |")
-    lines += ["", "Reading: a capped link does not make the actors staler. Once the weights fill a node's link, "
-              "the actors' inserts wait behind them; the samples-per-insert limiter holds the learner to those "
-              "inserts, so the whole run slows until the versions it publishes fit the link, and every version "
-              "still reaches every node. `--weight-publish-period` is the lever: the weights' bytes per env "
-              "step fall in proportion."]
+    lines += ["", "Reading: with one object per version (or per actor), a capped link does not make the actors "
+              "staler. Once the weights fill a node's link, the actors' inserts wait behind them; the "
+              "samples-per-insert limiter holds the learner to those inserts, so the whole run slows until the "
+              "versions it publishes fit the link, and every version still reaches every node. "
+              "`--weight-publish-period` is the lever: the weights' bytes per env step fall in proportion. "
+              "With the relay process (`--weight-relay`) the link carries one version at a time and the relay "
+              "skips those it could not fetch: the run keeps its pace and the actors act on older weights."]
     ceiling = calibration.get("replay_ceiling")
     if ceiling:
         lines += ["", f"**Replay ceiling** ({ceiling['servers']} servers, samples per insert "
@@ -529,8 +533,9 @@ def _calibration_lines() -> List[str]:
                   "read from cost: the servers' CPU against inserts/s over the sharded runs (their link caps set "
                   "different rates) is a line whose slope is the CPU per insert, its samples included; one core "
                   "per server over that slope is the measured ceiling. The model's is "
-                  "`replay_inserts_per_core`, from `replay_capacity.json` (one server driven to its limit by "
-                  "synthetic writers and a sampler).", "",
+                  f"`replay_inserts_per_core` at {ceiling.get('items_per_sample_call', '?')} items per sample call "
+                  "(the batch over the servers), from `replay_capacity.py` runs of one server at 16 and 256 items "
+                  "per call (`replay_costs_us`: a call's fixed cost spread over its items).", "",
                   "| link cap (Mbit/s) | inserts/s | sampled items/s | server cores busy |", "|---|---|---|---|"]
         lines += [f"| {r['cap_mbit']:,} | {r['inserts_per_s']:,.0f} | {r['sampled_items_per_s']:,.0f} | "
                   f"{r['server_cores']:.3f} |" for r in ceiling["runs"]]

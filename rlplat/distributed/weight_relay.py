@@ -43,10 +43,8 @@ class WeightRelay:
     """
 
     def __init__(self, learner, poll_period_s: float = 0.02, timeout_s: float = 60.0):
-        from rlplat.distributed.variables import RemoteVariableSource  # pylint: disable=g-import-not-at-top
-
         # A plain pull per ask: the answer carries the arrays, and Ray moves them to this node once.
-        self._source = RemoteVariableSource(learner, timeout_s=timeout_s, shared=False, per_node=False)
+        self._learner, self._timeout_s = learner, float(timeout_s)
         self._poll_period_s = float(poll_period_s)
         self._writer = None
         self._lock = threading.Lock()
@@ -61,9 +59,10 @@ class WeightRelay:
         from rlplat.distributed.shared_weights import SharedWeightsWriter  # pylint: disable=g-import-not-at-top
 
         held = self._writer.version if self._writer is not None else -1
-        version, weights = self._source.get_variables(["policy"])
-        if version <= held:
+        answer = ray.get(self._learner.get_variables_if_newer.remote(["policy"], held), timeout=self._timeout_s)
+        if answer is None:
             return
+        version, weights = answer
         arrays: List[Any] = list(weights["policy"])
         with self._lock:
             if self._writer is None:

@@ -119,8 +119,9 @@ def test_per_node_a_version_crosses_each_link_once(runs, path):
     for ip, node in run["nodes"].items():
         # The node's actors adopted this many versions between them: per actor, they would all cross.
         assert sum(node["pulls"]) * size > 1.5 * (run["published"] * size + OTHER_TRAFFIC), node
-        # At most one copy of each published version arrived, ...
-        assert node["rx"] <= run["published"] * size + OTHER_TRAFFIC, (ip, node)
+        # At most one copy of each published version arrived, besides each actor's first pull (over Ray,
+        # before it knows where the policy lives), ...
+        assert node["rx"] <= (run["published"] + len(node["actors"])) * size + OTHER_TRAFFIC, (ip, node)
         # ... and at least one of each version an actor there adopted.
         assert node["rx"] >= max(node["pulls"]) * size, (ip, node)
 
