@@ -434,7 +434,7 @@ def rule_of_thumb(report: Dict[str, Any], cores: int, nic_gbit: float) -> str:
                      f"{r['env_steps_per_s']:,.0f} env steps/s ({r['bottleneck']}-bound), the actors at most "
                      f"{r['lag_learner_steps']:,.0f} learner steps behind")
         text += "."
-    relay = _relay_rows()
+    relay = _calibration_rows("relay")
     if relay:
         narrow = min(relay, key=lambda r: r["cap_mbit"])
         wide = max(relay, key=lambda r: r["cap_mbit"])
@@ -453,10 +453,6 @@ def _calibration_rows(path: str) -> List[Dict[str, Any]]:
         return []
     with open(file) as f:
         return [r for r in json.load(f)["rows"] if r["path"] == path]
-
-
-def _relay_rows() -> List[Dict[str, Any]]:
-    return _calibration_rows("relay")
 
 
 def _measured(cap_mbit: int, path: str) -> float:

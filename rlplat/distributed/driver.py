@@ -141,7 +141,7 @@ class Driver:
             launched = self.loop.startup.launched
             steps = dict(ready["startup_times"], launch_requested=launch_requested)
             run_dir.update_run_info(self.logdir, {"learner_startup_s": {
-                step: round(when - launched, 3) for step, when in sorted(steps.items(), key=lambda kv: kv[1])}})
+                step: round(when - launched, 3) for step, when in steps.items()}})
         self.counts.learner_steps = int(ready["learner_steps"])
         self._report_replay_restore(workers.replay_restore)
 

@@ -8,14 +8,13 @@ version is tested on the three-node namespace cluster
 (tests/multinode/test_multinode_weights.py).
 """
 
-import sys
 import time
 
 import numpy as np
 import pytest
 import ray
 
-from rlplat.distributed import cluster
+from local_ray import local_ray_for
 from rlplat.distributed.variables import RemoteVariableSource
 from rlplat.distributed.weight_publisher import WeightPublisher
 
@@ -56,11 +55,8 @@ class _Learner:
 
 @pytest.fixture(scope="module")
 def ray_up():
-    connection = cluster.connect(num_cpus=1)
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    yield
-    ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
-    cluster.disconnect(connection)
+    with local_ray_for(__name__):
+        yield
 
 
 def test_versions_are_published_every_period_steps_only(ray_up):

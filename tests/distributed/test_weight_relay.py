@@ -8,14 +8,13 @@ cross a node's link once is measured on the three-node namespace cluster
 """
 
 import os
-import sys
 import time
 
 import numpy as np
 import pytest
 import ray
 
-from rlplat.distributed import cluster
+from local_ray import local_ray_for
 from rlplat.distributed import weight_relay
 from rlplat.distributed.variables import RemoteVariableSource
 
@@ -51,11 +50,8 @@ class _Learner:
 
 @pytest.fixture(scope="module")
 def ray_up():
-    connection = cluster.connect(num_cpus=1)
-    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    yield
-    ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
-    cluster.disconnect(connection)
+    with local_ray_for(__name__):
+        yield
 
 
 def _until(predicate, timeout_s=20.0):
