@@ -144,6 +144,14 @@ def _roofline(d: Dict[str, Any]) -> List[str]:
                 g = json.load(f)
             lines.append(f"{name}: {g['device']}, {g['env']}, {g['backend']}: "
                          f"{_fmt(g['learner_steps_per_s'])} steps/s")
+        elif name.startswith("learner_roofline_") and name.endswith(".json"):  # another CPU's run
+            with open(os.path.join(RESULTS, name), encoding="utf-8") as f:
+                g = json.load(f)
+            other = [f"{name}: {_machine(g)}: fp32 {_fmt(g['learner_steps_per_s'])} learner steps/s"]
+            if g.get("bf16_over_fp32"):
+                other.append(f"bf16 {_fmt(g['by_precision']['bf16']['learner_steps_per_s'])} "
+                             f"({_fmt(g['bf16_over_fp32']['learner_steps_per_s'], 2)}x fp32)")
+            lines.append(", ".join(other))
     return lines
 
 

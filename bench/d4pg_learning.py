@@ -117,6 +117,7 @@ def run_one(args, overrides, seed, bench=BENCH):
     from rlplat_agents.d4pg.builder import D4PGBuilder  # pylint: disable=g-import-not-at-top
     from rlplat_agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top
     from rlplat.runners import Experiment, RayLayoutConfig, run_on_ray  # pylint: disable=g-import-not-at-top
+    from rlplat.runners.local import LocalLayout, run_local  # pylint: disable=g-import-not-at-top
 
     logdir = tempfile.mkdtemp(prefix=f"{bench}_s{seed}_")
     config = D4PGConfig(**overrides)
@@ -126,8 +127,16 @@ def run_one(args, overrides, seed, bench=BENCH):
                             max_actor_steps=args.max_actor_steps, logdir=logdir, seed=seed,
                             eval_every_actor_steps=args.eval_every, eval_episodes=args.eval_episodes,
                             target_eval_return=args.target, checkpoint_every_s=3600.0)
-    summary = run_on_ray(experiment, RayLayoutConfig(
-        console=False, weight_publish_period=getattr(args, "weight_publish_period", 1)))
+    if getattr(args, "runner", "ray") == "local":
+        # One process, actors and learner taking turns: one learner call
+        # (steps_per_call batches) per its worth of inserts, as a single-process
+        # reference interleaves them, with no Ray, no parallel actors and no rate limiter.
+        chunk = max(1, round(experiment.builder.steps_per_call * config.global_batch_size
+                             / config.samples_per_insert))
+        summary = run_local(experiment, LocalLayout(actor_chunk_steps=chunk, report_every_s=None))
+    else:
+        summary = run_on_ray(experiment, RayLayoutConfig(
+            console=False, weight_publish_period=getattr(args, "weight_publish_period", 1)))
     wall_s = time.time() - start
     records = seeds_lib.read_metrics(logdir)
     curve = seeds_lib.eval_curve(records, start)

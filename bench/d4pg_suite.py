@@ -103,6 +103,9 @@ def main(argv=None):
     parser.add_argument("--max-actor-steps", type=int, default=500_000)
     parser.add_argument("--eval-every", type=int, default=20_000, help="env steps between evaluations")
     parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument("--runner", choices=("ray", "local"), default="ray",
+                        help="ray: as `rlplat train` runs (default); local: run_local, one process taking "
+                             "turns (the single-process reference for find-why runs)")
     seeds_lib.add_sweep_arguments(parser, "D4PGConfig",
                                   os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     args = parser.parse_args(argv)
@@ -131,9 +134,12 @@ def run_task_seed(args, overrides, task: str, seed: int) -> Dict[str, Any]:
                 "max_actor_steps": args.max_actor_steps, "eval_every": args.eval_every,
                 "eval_episodes": args.eval_episodes, "overrides": overrides, "action_repeat": 1,
                 "config": D4PGConfig(**overrides).to_dict()}
+    if args.runner != "ray":  # records made before --runner existed ran on Ray
+        settings["runner"] = args.runner
     run_args = argparse.Namespace(env=task, variant=f"{args.variant}-{_slug(task)}", target=None,
                                   num_actors=args.num_actors, max_actor_steps=args.max_actor_steps,
-                                  eval_every=args.eval_every, eval_episodes=args.eval_episodes)
+                                  eval_every=args.eval_every, eval_episodes=args.eval_episodes,
+                                  runner=args.runner)
     records = seeds_lib.run_seeds(args.out, BENCH, run_args.variant, [seed], settings,
                                   lambda s: d4pg_learning.run_one(run_args, overrides, s, bench=BENCH),
                                   reuse=not args.no_reuse)
