@@ -57,6 +57,7 @@ class ActorSlot:
         self.chunk = 0
         self.submitted = 0.0
         self.policy_version = -1
+        self.policy_lag: Optional[float] = None  # learner steps behind, when it last reported
         self.steps = 0
         self.restarts = 0                # counted restarts of this index, over the whole run
         self.incarnation = 0             # Ray actors created for this index before the current one

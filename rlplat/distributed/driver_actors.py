@@ -34,7 +34,7 @@ when every actor has been given up.
 from __future__ import annotations
 
 import time
-from typing import Any, Dict
+from typing import Any, Dict, Optional
 
 import ray
 
@@ -86,6 +86,7 @@ class ActorCare:
         self.counts.actor_steps += steps
         slot.steps += steps
         slot.policy_version = int(stats.get("policy_version", -1))
+        slot.policy_lag = self._policy_lag_now(slot.policy_version)
         if slot.failed_at is not None:
             self._actor_back(slot, stats)
         returns = driver_records.episode_returns(stats)
@@ -98,7 +99,7 @@ class ActorCare:
         self.steady_end = (now, self.counts.actor_steps, self.counts.learner_steps)
         record = {"actor_index": slot.index, "actor_steps_per_second": stats.get("steps_per_second"),
                   "env_steps_per_second": self.env_rate.rate(), "policy_version": slot.policy_version,
-                  "policy_lag": max(0, self.counts.learner_steps - slot.policy_version),
+                  "policy_lag": slot.policy_lag,
                   "episodes": self.counts.episodes, "weight_pulls": stats.get("weight_pulls"),
                   "shared_weight_reads": stats.get("shared_weight_reads")}
         if self.counts.physics_errors or self.counts.env_errors:
@@ -108,6 +109,21 @@ class ActorCare:
         record.update(driver_records.time_breakdown(stats))
         self.loggers["actor"].write(self.counts.actor_steps, driver_records.finite(record))
         self._submit_actor(slot)
+
+    def _policy_lag_now(self, version: int) -> Optional[float]:
+        """Learner steps between the learner now and ``version``, which an actor acts on as it reports.
+
+        Taken when the report arrives: a lag computed later, against a newer
+        learner count, would add the report's age (up to an actor chunk, some
+        hundred learner steps) to it. The learner's step now is its last reported
+        count plus what it has done since at its current rate (at most one
+        ``train`` call).
+        """
+        if version < 0:
+            return None
+        since = max(0.0, time.monotonic() - self.learner_steps_time)
+        now = self.counts.learner_steps + min(self.learn_rate.rate() * since, self.layout.learner_chunk_steps)
+        return max(0.0, now - version)
 
     def _count_env_faults(self, slot: ActorSlot, stats: Dict[str, Any]) -> None:
         """Counts a chunk's environment faults; a new kind of error is logged with its traceback."""

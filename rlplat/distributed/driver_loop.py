@@ -78,6 +78,7 @@ class ControlLoop(ActorCare):
         self.learner_stopped = False
         self.stop_reason: Optional[str] = None  # max_actor_steps, target_eval_return, stop_event
         self.env_rate, self.learn_rate = progress.RateMeter(), progress.RateMeter()
+        self.learner_steps_time = time.monotonic()  # when counts.learner_steps was last reported
         self.steady_start: Optional[tuple] = None  # (time, actor steps, learner steps) of the first result
         self.steady_end: Optional[tuple] = None    # ... and of the last one
         self.loop_started: Optional[float] = None
@@ -223,6 +224,7 @@ class ControlLoop(ActorCare):
             raise RunFailedError(f"learner failed: {errors.one_line(e.__cause__ or e)}; the run cannot "
                                  "continue (fix the cause, then continue with --resume)") from None
         self.counts.learner_steps = int(metrics.get("learner_steps", self.counts.learner_steps))
+        self.learner_steps_time = time.monotonic()
         if "first_step_time" in metrics:
             self.startup_milestone("first_learner_step", metrics.pop("first_step_time"))
         if "replay_inserts_before_first_step" in metrics:  # whether a resumed learner had to refill
@@ -304,9 +306,8 @@ class ControlLoop(ActorCare):
         if not self._read_replay():
             self._check_replay_alive()
         versions = [s.policy_version for s in self.workers.slots if s.policy_version >= 0 and s.active]
-        # Actors can hold weights newer than the last train() result the driver
-        # has seen (they pull mid-call), so clamp instead of showing a negative lag.
-        lag = max(0.0, self.counts.learner_steps - sum(versions) / len(versions)) if versions else None
+        lags = [s.policy_lag for s in self.workers.slots if s.policy_lag is not None and s.active]
+        lag = sum(lags) / len(lags) if lags else None
         metrics = dict(self.last_learner_metrics)
         metrics.update({"learner_steps_per_second": self.learn_rate.rate(),
                         "env_steps_per_second": self.env_rate.rate(),

@@ -113,6 +113,22 @@ def test_actors_on_the_learners_host_read_weights_from_shared_memory_and_it_is_r
     assert not glob.glob(f"/dev/shm/rlplat_w_{learner_pid}_*")  # the learner's block went with it
 
 
+def test_the_status_lines_policy_lag_is_taken_when_actors_report_not_a_chunk_later(first_run):
+    """An actor re-reads the policy every ``variable_update_period`` of its steps, so its lag is at most
+    what the learner does meanwhile (both actors' steps / env steps per learner step) plus one learner
+    call. The status line (and each learner record) shows that lag; comparing an actor's last reported
+    version with the learner's count at a later status line would add the report's age, up to a chunk."""
+    logdir, _ = first_run
+    records = [json.loads(line) for line in open(os.path.join(logdir, "metrics.jsonl"))]
+    lags = [r["policy_lag"] for r in records if r.get("role") == "learner" and r.get("policy_lag") is not None]
+    env_steps_per_learner_step = SMALL.global_batch_size / SMALL.samples_per_insert
+    between_reads = 2 * SMALL.variable_update_period / env_steps_per_learner_step
+    chunk_age = 2 * LAYOUT.actor_chunk_steps / env_steps_per_learner_step
+    bound = between_reads + BUILDER.steps_per_call + LAYOUT.learner_chunk_steps
+    assert lags and bound < chunk_age / 2
+    assert float(np.median(lags)) <= bound, (lags, bound)
+
+
 def test_the_final_evaluation_is_on_video_in_the_logdir_and_tensorboard(first_run):
     import imageio.v2 as imageio
 
