@@ -154,7 +154,8 @@ class WorkerSet:
                      restore_step=self.restored_step, threads=plan.learner_threads,
                      use_gpus=bool(plan.learner_gpus),
                      replay_checkpoint=layout.replay_checkpoint, debug_eager=layout.debug_eager,
-                     weight_publish_period=layout.weight_publish_period)
+                     weight_publish_period=layout.weight_publish_period,
+                     seed=seeding.role_seed(exp.seed, "learner"))
 
         # Actors and evaluator start now, so their imports overlap with the
         # learner's build; each asks the learner for the replay address and

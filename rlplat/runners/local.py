@@ -199,6 +199,9 @@ class _LocalRun:
         self.client = reverb.Client(address)
         self.table, self.samples_per_insert, self.min_size = ratios[0]
         replicator = self.layout.replicator or replication.make_replicator()
+        import tensorflow as tf  # pylint: disable=g-import-not-at-top  (replication has imported it)
+
+        tf.keras.utils.set_random_seed(seeding.role_seed(exp.seed, "learner"))  # the initial weights, as on Ray
         self.learner = builder.make_learner(spec, replicator, address, exp.logdir)
         if exp.logdir:
             self._open_logdir()

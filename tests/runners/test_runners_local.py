@@ -40,6 +40,19 @@ def test_run_local_inserts_and_learns_at_the_configured_ratio():
     assert progress[0]["learner_steps"] == 0 and progress[-1]["learner_steps"] == out.learner_steps
 
 
+@pytest.mark.timeout(180)
+def test_the_runs_seed_fixes_the_initial_weights():
+    # Fewer steps than min_replay_size: no learner step, so the final greedy
+    # evaluation (same seed: same environment) acts with the initial policy.
+    def initial_policy_returns(seed):
+        out = run_local(Experiment(BUILDER, SHORT_EPISODES, num_actors=1, max_actor_steps=100, seed=seed,
+                                   eval_every_actor_steps=0, eval_episodes=1))
+        assert out.learner_steps == 0
+        return out["eval_returns"]
+
+    assert initial_policy_returns(3) == initial_policy_returns(3)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_run_local_evaluates_on_the_step_grid_checkpoints_and_resumes(tmp_path):

@@ -75,7 +75,7 @@ class LearnerWorker(LearnerService):
                  use_gpus: bool = False,
                  max_checkpoints_to_keep: int = 3, tf_config: Optional[Dict[str, Any]] = None,
                  collective_timeout_s: Optional[float] = None, replay_checkpoint: bool = False,
-                 debug_eager: bool = False, weight_publish_period: int = 1):
+                 debug_eager: bool = False, weight_publish_period: int = 1, seed: Optional[int] = None):
         if tf_config is not None:
             if replay_address is None:
                 raise ValueError("a learner worker of a multi-worker group cannot host replay; "
@@ -118,6 +118,10 @@ class LearnerWorker(LearnerService):
             eager=debug_eager)
         # The driver writes every role's logs (one place, even across nodes),
         # so the learner gets no logdir of its own.
+        if seed is not None:  # the run's --seed fixes the initial weights (a restore overwrites them)
+            import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+            tf.keras.utils.set_random_seed(int(seed))
         self._learner = builder.make_learner(environment_spec, self._replicator, learner_address,
                                              logdir=None)
         self._startup_times["learner_built"] = time.time()
