@@ -128,6 +128,15 @@ def _ratio(score) -> str:
     return f"{score['ratio']:.2f}{mark}"
 
 
+def _suite_variant(name: str, settings: Dict[str, Any]) -> str:
+    """A variant's name with what sets it apart: its runner and actors, its config overrides."""
+    notes = []
+    if settings.get("runner", "ray") != "ray":
+        notes.append(f"{settings['runner']} runner, {settings.get('num_actors')} actor(s) in one process")
+    notes += [f"{k}={v}" for k, v in sorted(settings.get("overrides", {}).items())]
+    return f"{name} ({'; '.join(notes)})" if notes else name
+
+
 def suite_section(path: str) -> List[str]:
     """The control-suite table from ``bench/d4pg_suite.py``'s JSON (empty when it has not run)."""
     if not os.path.exists(path):
@@ -139,8 +148,9 @@ def suite_section(path: str) -> List[str]:
             "wall time to 0.9x, per seed", "source", "machine"]
     lines = ["## D4PG across the control suite", "",
              "Generated from `bench/results/d4pg_suite.json` (`python bench/d4pg_suite.py`): "
-             "`rlplat train d4pg --env TASK` with the default config for every task, 2 actors, "
-             "10 greedy episodes every 20k env steps. A score at S env steps is the mean over seeds "
+             "`rlplat train d4pg --env TASK` with the default config for every task, 2 actors on "
+             "local Ray unless the variant says otherwise, 10 greedy episodes every 20k env steps. "
+             "A score at S env steps is the mean over seeds "
              "(± std, seeds counted in brackets) of each run's mean of its last 3 evaluations at "
              "or before S. Env steps are simulator steps, as CURL counts them; rlplat's defaults "
              "use no action repeat, so one agent step is one env step. A ratio marked ✓ is at "
@@ -160,7 +170,8 @@ def suite_section(path: str) -> List[str]:
                 sources.append(source)
             ref = f"[S{sources.index(source) + 1}]" if source else "-"
             lines.append("| " + " | ".join([
-                task, variant, str(entry["num_seeds"]), _published(s100), _mean_std(s100), _ratio(s100),
+                task, _suite_variant(variant, entry.get("settings", {})), str(entry["num_seeds"]),
+                _published(s100), _mean_std(s100), _ratio(s100),
                 _published(s500), _mean_std(s500), _ratio(s500), steps, walls, ref,
                 ", ".join(entry.get("machines", []))]) + " |")
     lines.append("")

@@ -78,3 +78,11 @@ def test_report_and_table_come_from_the_records(tmp_path):
     assert "848 ± 15" in row and "890 ± 10 (2)" in row and "1.05 ✓" in row
     assert "460k, 460k" in row  # the 23rd eval is the first >= 0.9 x 848 = 763.2
     assert any("CURL" in line for line in lines)
+
+
+def test_a_variant_row_names_its_runner_and_overrides():
+    plain = {"num_actors": 2, "overrides": {}}
+    assert learning_table._suite_variant("default", plain) == "default"  # pylint: disable=protected-access
+    local = {"runner": "local", "num_actors": 1, "overrides": {"sigma": 0.2, "n_step": 3}}
+    assert (learning_table._suite_variant("local", local)  # pylint: disable=protected-access
+            == "local (local runner, 1 actor(s) in one process; n_step=3; sigma=0.2)")
