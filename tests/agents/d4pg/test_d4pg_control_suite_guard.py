@@ -9,8 +9,9 @@ reaches the bar.
 
 Why the bar fails a policy that did not learn, or stopped halfway: on
 finger:spin an untrained policy scores 0-5 (the finger does not spin the
-body). This test's run (seed 0) scored 0 at every evaluation to 55k env
-steps, 5 at 65k, 98 at 85k and 396 at 100k, where it stopped; a run whose
+body). This test's run (seed 0) scored 0-1 at every evaluation to 55k env
+steps, 5 at 65k, 98 at 85k and 396 at 100k, where it stopped (with a budget
+of 50k, half of that, it fails); a run whose
 initial weights were not seeded (``d4pg_suite.py --runner local --tasks
 finger:spin``) scored 0-4 to 40k, 52 at 45k and 345 at 75k. A policy frozen
 halfway to the bar scores near 0 and never reaches it within the budget.
