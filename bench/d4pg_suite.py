@@ -9,7 +9,11 @@ as soon as it ends, so an interrupted sweep resumes where it stopped.
 
     python bench/d4pg_suite.py [--tasks walker:walk,cheetah:run | --tasks all]
         [--seeds 3] [--max-actor-steps 500000] [--eval-every 20000] [--eval-episodes 10]
-        [--variant NAME --set FIELD=VALUE ...] [--report-only]
+        [--variant NAME --set FIELD=VALUE ...] [--runner local --num-actors 1] [--report-only]
+
+``--runner local`` runs the same code in one process (``run_local``: actors
+and learner take turns, one learner call per its worth of inserts), the
+single-process reference a find-why run compares the Ray runs against.
 
 Env steps are counted as the published reference counts them: environment
 steps, so with ``--action-repeat R`` one agent step is R env steps (the
