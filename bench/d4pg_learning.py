@@ -131,9 +131,8 @@ def run_one(args, overrides, seed, bench=BENCH):
         # One process, actors and learner taking turns: one learner call
         # (steps_per_call batches) per its worth of inserts, as a single-process
         # reference interleaves them, with no Ray, no parallel actors and no rate limiter.
-        chunk = max(1, round(experiment.builder.steps_per_call * config.global_batch_size
-                             / config.samples_per_insert))
-        summary = run_local(experiment, LocalLayout(actor_chunk_steps=chunk, report_every_s=None))
+        summary = run_local(experiment, LocalLayout.one_learner_call_per_chunk(experiment.builder,
+                                                                               report_every_s=None))
     else:
         summary = run_on_ray(experiment, RayLayoutConfig(
             console=False, weight_publish_period=getattr(args, "weight_publish_period", 1)))

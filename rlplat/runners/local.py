@@ -70,6 +70,18 @@ class LocalLayout:
     report_every_s: Optional[float] = 30.0
     on_progress: Optional[Callable[[Dict[str, Any]], None]] = None
 
+    @classmethod
+    def one_learner_call_per_chunk(cls, builder: Any, **kwargs: Any) -> "LocalLayout":
+        """Turns of one learner call (``builder.steps_per_call`` batches) per its worth of inserts.
+
+        The chunk is the env steps whose inserts pay for one call at the
+        builder's samples-per-insert, so the learner steps per env step are
+        those of a Ray run, interleaved as a single-process reference does.
+        """
+        config = builder.config
+        chunk = max(1, round(builder.steps_per_call * config.global_batch_size / config.samples_per_insert))
+        return cls(actor_chunk_steps=chunk, **kwargs)
+
     def __post_init__(self) -> None:
         if self.actor_chunk_steps < 1:
             raise ValueError(f"actor_chunk_steps must be >= 1 (got {self.actor_chunk_steps})")

@@ -122,3 +122,14 @@ def test_run_local_records_and_prints_the_learners_precision(tmp_path, capsys):
                                              "reason": want.reason}
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("precision:")]
     assert lines == [f"precision: D4PG learner in {want.precision} (auto: {want.reason})"]
+
+
+def test_one_learner_call_per_chunk_pays_each_call_with_its_inserts():
+    # 4 steps of 32 samples at 4 samples per insert: 32 inserts per call.
+    assert LocalLayout.one_learner_call_per_chunk(BUILDER).actor_chunk_steps == 32
+    # The defaults: 8 steps of 256 at 32 per insert, 64 inserts; kwargs pass through.
+    layout = LocalLayout.one_learner_call_per_chunk(D4PGBuilder(D4PGConfig()), report_every_s=None)
+    assert (layout.actor_chunk_steps, layout.report_every_s) == (64, None)
+    # A ratio above a call's samples still takes one step per turn, never a zero chunk.
+    tiny = D4PGBuilder(D4PGConfig(global_batch_size=32, samples_per_insert=1000.0), steps_per_call=1)
+    assert LocalLayout.one_learner_call_per_chunk(tiny).actor_chunk_steps == 1

@@ -39,11 +39,10 @@ SEED = 0
 @pytest.mark.timeout(1800)
 def test_d4pg_defaults_learn_finger_spin_past_the_bar_within_the_budget():
     builder = D4PGBuilder(D4PGConfig())
-    chunk = round(builder.steps_per_call * builder.config.global_batch_size / builder.config.samples_per_insert)
     out = run_local(Experiment(builder, TASK, num_actors=1, seed=SEED, max_actor_steps=BUDGET,
                                eval_every_actor_steps=EVAL_EVERY, eval_episodes=EVAL_EPISODES,
                                target_eval_return=BAR),
-                    LocalLayout(actor_chunk_steps=chunk, report_every_s=None))
+                    LocalLayout.one_learner_call_per_chunk(builder, report_every_s=None))
     curve = [(steps, round(ret)) for steps, ret in out.evaluations]
     assert out.stop_reason == "target_eval_return", (
         f"D4PG's greedy return on {TASK} never reached {BAR:g} in {BUDGET:,} env steps; "
