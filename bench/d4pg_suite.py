@@ -201,6 +201,23 @@ def _with_current_defaults(settings: Dict[str, Any]) -> Dict[str, Any]:
     return dict(settings, config={**D4PGConfig().to_dict(), **settings.get("config", {})})
 
 
+def earlier_defaults(settings: Dict[str, Any]) -> Dict[str, Any]:
+    """Config fields a record took from defaults that have changed since: ``{field: its value then}``.
+
+    A field the variant set (``overrides``) is its own choice, not a default.
+    A ``default`` record made before a default changed is still shown, but
+    its row says which values it ran with until it is run again.
+    """
+    import json  # pylint: disable=g-import-not-at-top
+
+    from rlplat_agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top  (no TF)
+
+    current = json.loads(json.dumps(D4PGConfig().to_dict()))  # tuples as the records hold them: lists
+    config = json.loads(json.dumps(settings.get("config", {})))
+    overrides = settings.get("overrides", {})
+    return {k: v for k, v in sorted(config.items()) if k not in overrides and k in current and current[k] != v}
+
+
 def write_report(out_dir: str) -> Dict[str, Any]:
     """Rebuilds d4pg_suite.json/.png from every recorded seed."""
     import json  # pylint: disable=g-import-not-at-top
@@ -213,6 +230,9 @@ def write_report(out_dir: str) -> Dict[str, Any]:
         settings = _with_current_defaults(records[0]["settings"])
         records = [r for r in records if _with_current_defaults(r["settings"]) == settings]
         variant, _, _ = name.rpartition("-")
+        earlier = earlier_defaults(settings)
+        if earlier:
+            settings = dict(settings, earlier_defaults=earlier)
         entry = task_summary(settings["env"], records)
         entry.update(settings=settings, machines=sorted({r["machine"]["cpu_model"] for r in records}),
                      seeds=[{"seed": r["seed"], "eval_curve": r["eval_curve"],
@@ -221,7 +241,8 @@ def write_report(out_dir: str) -> Dict[str, Any]:
         s500 = entry["scores"]["500000"]
         print(f"  [{variant}] {settings['env']}: {len(records)} seeds, 500k score "
               + ("-" if s500["mean"] is None else f"{s500['mean']:.0f} ± {s500['std']:.0f}")
-              + ("" if s500["ratio"] is None else f" ({s500['ratio']:.2f}x published)"))
+              + ("" if s500["ratio"] is None else f" ({s500['ratio']:.2f}x published)")
+              + ("" if not earlier else f"; earlier defaults {earlier}"))
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, f"{BENCH}.json"), "w") as f:
         json.dump(report, f, indent=1)

@@ -134,6 +134,9 @@ def _suite_variant(name: str, settings: Dict[str, Any]) -> str:
     if settings.get("runner", "ray") != "ray":
         notes.append(f"{settings['runner']} runner, {settings.get('num_actors')} actor(s) in one process")
     notes += [f"{k}={v}" for k, v in sorted(settings.get("overrides", {}).items())]
+    earlier = settings.get("earlier_defaults", {})
+    if earlier:  # run before these defaults changed: not today's defaults until run again
+        notes.append("earlier defaults " + ", ".join(f"{k}={v}" for k, v in sorted(earlier.items())))
     return f"{name} ({'; '.join(notes)})" if notes else name
 
 

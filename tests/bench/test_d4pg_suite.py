@@ -86,3 +86,27 @@ def test_a_variant_row_names_its_runner_and_overrides():
     local = {"runner": "local", "num_actors": 1, "overrides": {"sigma": 0.2, "n_step": 3}}
     assert (learning_table._suite_variant("local", local)  # pylint: disable=protected-access
             == "local (local runner, 1 actor(s) in one process; n_step=3; sigma=0.2)")
+
+
+def test_a_record_made_under_earlier_defaults_says_so(tmp_path):
+    from rlplat_agents.d4pg.config import D4PGConfig
+
+    today = json.loads(json.dumps(D4PGConfig().to_dict()))
+    then = dict(today, critic_learning_rate=today["critic_learning_rate"] * 3, sigma=0.2)
+    # The variant chose sigma itself; only the critic's rate was a default that has since changed.
+    settings = {"env": "cartpole:swingup", "overrides": {"sigma": 0.2}, "config": then}
+    assert d4pg_suite.earlier_defaults(settings) == {"critic_learning_rate": then["critic_learning_rate"]}
+    assert d4pg_suite.earlier_defaults(dict(settings, config=dict(today, sigma=0.2))) == {}
+    # Tuples in today's config and lists in a record's JSON are the same value.
+    assert d4pg_suite.earlier_defaults({"overrides": {}, "config": today}) == {}
+    out = str(tmp_path)
+    record = _record(0, [400] * 25, task="cartpole:swingup")
+    record["settings"].update(overrides={}, config=dict(today, critic_learning_rate=1.0))
+    path = seeds.run_path(out, d4pg_suite.BENCH, record["variant"], 0)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(record, f)
+    d4pg_suite.write_report(out)
+    lines = learning_table.suite_section(os.path.join(out, "d4pg_suite.json"))
+    row = next(line for line in lines if line.startswith("| cartpole:swingup"))
+    assert "default (earlier defaults critic_learning_rate=1.0)" in row
