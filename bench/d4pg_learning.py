@@ -26,6 +26,7 @@ import statistics
 import sys
 import tempfile
 import time
+from typing import Any, Dict
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -154,6 +155,21 @@ def run_one(args, overrides, seed, bench=BENCH):
             "logdir": logdir}
 
 
+def earlier_defaults(settings: Dict[str, Any]) -> Dict[str, Any]:
+    """Config fields a record took from defaults that have changed since: ``{field: its value then}``.
+
+    A field the variant set (``overrides``) is its own choice, not a default.
+    A ``default`` record made before a default changed is still shown, but
+    its row says which values it ran with until it is run again.
+    """
+    from rlplat_agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top  (no TF)
+
+    current = json.loads(json.dumps(D4PGConfig().to_dict()))  # tuples as the records hold them: lists
+    config = json.loads(json.dumps(settings.get("config", {})))
+    overrides = settings.get("overrides", {})
+    return {k: v for k, v in sorted(config.items()) if k not in overrides and k in current and current[k] != v}
+
+
 def write_report(out_dir):
     """Rebuilds d4pg_learning.json/.png from every recorded seed of every variant."""
     variants = seeds_lib.recorded_variants(out_dir, BENCH)
@@ -163,7 +179,8 @@ def write_report(out_dir):
         records = [r for r in records if r["settings"] == settings]
         summary = seeds_lib.summarise(records, settings["target"], settings["max_actor_steps"])
         summary["env_steps_per_s_median"] = statistics.median(r["env_steps_per_s"] for r in records)
-        report["variants"][name] = {"settings": settings, "summary": summary,
+        earlier = earlier_defaults({"config": records[0].get("config", {}), "overrides": settings["overrides"]})
+        report["variants"][name] = {"settings": settings, "summary": summary, "earlier_defaults": earlier,
                                     "machines": sorted({r["machine"]["cpu_model"] for r in records}),
                                     "seeds": [{"seed": r["seed"], "eval_curve": r["eval_curve"],
                                                "total_wall_seconds": r["total_wall_seconds"],

@@ -201,23 +201,6 @@ def _with_current_defaults(settings: Dict[str, Any]) -> Dict[str, Any]:
     return dict(settings, config={**D4PGConfig().to_dict(), **settings.get("config", {})})
 
 
-def earlier_defaults(settings: Dict[str, Any]) -> Dict[str, Any]:
-    """Config fields a record took from defaults that have changed since: ``{field: its value then}``.
-
-    A field the variant set (``overrides``) is its own choice, not a default.
-    A ``default`` record made before a default changed is still shown, but
-    its row says which values it ran with until it is run again.
-    """
-    import json  # pylint: disable=g-import-not-at-top
-
-    from rlplat_agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top  (no TF)
-
-    current = json.loads(json.dumps(D4PGConfig().to_dict()))  # tuples as the records hold them: lists
-    config = json.loads(json.dumps(settings.get("config", {})))
-    overrides = settings.get("overrides", {})
-    return {k: v for k, v in sorted(config.items()) if k not in overrides and k in current and current[k] != v}
-
-
 def write_report(out_dir: str) -> Dict[str, Any]:
     """Rebuilds d4pg_suite.json/.png from every recorded seed."""
     import json  # pylint: disable=g-import-not-at-top
@@ -230,7 +213,7 @@ def write_report(out_dir: str) -> Dict[str, Any]:
         settings = _with_current_defaults(records[0]["settings"])
         records = [r for r in records if _with_current_defaults(r["settings"]) == settings]
         variant, _, _ = name.rpartition("-")
-        earlier = earlier_defaults(settings)
+        earlier = d4pg_learning.earlier_defaults(settings)
         if earlier:
             settings = dict(settings, earlier_defaults=earlier)
         entry = task_summary(settings["env"], records)

@@ -66,9 +66,12 @@ def rows_from(path: str) -> List[Dict[str, Any]]:
         machine = variant.get("machines") or [report.get("machine", {}).get("cpu_model", "?")]
         cpus = report.get("machine", {}).get("cpus", "?")
         overrides = settings.get("overrides") or {}
+        earlier = variant.get("earlier_defaults") or {}  # run before these defaults changed
         rows.append({
             "agent": agent.upper(), "task": settings["env"], "variant": name,
-            "overrides": ", ".join(f"{k}={_fmt_value(v)}" for k, v in sorted(overrides.items()))
+            "overrides": "; ".join(filter(None, [
+                ", ".join(f"{k}={_fmt_value(v)}" for k, v in sorted(overrides.items())),
+                ", ".join(f"earlier default {k}={_fmt_value(v)}" for k, v in sorted(earlier.items()))]))
                          or "(none)",
             "seeds": summary["num_seeds"],
             "env_steps": f"{_fmt_steps(min(steps))}-{_fmt_steps(max(steps))}" if len(set(steps)) > 1

@@ -8,6 +8,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from bench import d4pg_learning  # noqa: E402
 from bench import d4pg_suite  # noqa: E402
 from bench import learning_table  # noqa: E402
 from bench import seeds  # noqa: E402
@@ -95,10 +96,10 @@ def test_a_record_made_under_earlier_defaults_says_so(tmp_path):
     then = dict(today, critic_learning_rate=today["critic_learning_rate"] * 3, sigma=0.2)
     # The variant chose sigma itself; only the critic's rate was a default that has since changed.
     settings = {"env": "cartpole:swingup", "overrides": {"sigma": 0.2}, "config": then}
-    assert d4pg_suite.earlier_defaults(settings) == {"critic_learning_rate": then["critic_learning_rate"]}
-    assert d4pg_suite.earlier_defaults(dict(settings, config=dict(today, sigma=0.2))) == {}
+    assert d4pg_learning.earlier_defaults(settings) == {"critic_learning_rate": then["critic_learning_rate"]}
+    assert d4pg_learning.earlier_defaults(dict(settings, config=dict(today, sigma=0.2))) == {}
     # Tuples in today's config and lists in a record's JSON are the same value.
-    assert d4pg_suite.earlier_defaults({"overrides": {}, "config": today}) == {}
+    assert d4pg_learning.earlier_defaults({"overrides": {}, "config": today}) == {}
     out = str(tmp_path)
     record = _record(0, [400] * 25, task="cartpole:swingup")
     record["settings"].update(overrides={}, config=dict(today, critic_learning_rate=1.0))
