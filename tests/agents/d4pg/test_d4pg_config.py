@@ -17,8 +17,8 @@ def test_defaults_match_paper_and_acme():
     assert cfg.samples_per_insert == 32.0
     assert cfg.min_replay_size == 1000
     assert cfg.max_replay_size == 1_000_000
-    assert cfg.policy_learning_rate == 1e-4
-    assert cfg.critic_learning_rate == 1e-4
+    assert cfg.policy_learning_rate == 3e-4
+    assert cfg.critic_learning_rate == 3e-4
     assert cfg.target_update_period == 100
     assert cfg.num_atoms == 51
     assert cfg.v_min == -150.0 and cfg.v_max == 150.0
