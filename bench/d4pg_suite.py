@@ -214,10 +214,9 @@ def write_report(out_dir: str) -> Dict[str, Any]:
         records = [r for r in records if _with_current_defaults(r["settings"]) == settings]
         variant, _, _ = name.rpartition("-")
         earlier = d4pg_learning.earlier_defaults(settings)
-        if earlier:
-            settings = dict(settings, earlier_defaults=earlier)
         entry = task_summary(settings["env"], records)
-        entry.update(settings=settings, machines=sorted({r["machine"]["cpu_model"] for r in records}),
+        entry.update(settings=settings, earlier_defaults=earlier,
+                     machines=sorted({r["machine"]["cpu_model"] for r in records}),
                      seeds=[{"seed": r["seed"], "eval_curve": r["eval_curve"],
                              "total_wall_seconds": r["total_wall_seconds"]} for r in records])
         report["variants"].setdefault(variant, {})[settings["env"]] = entry

@@ -18,7 +18,7 @@ import glob
 import json
 import os
 import statistics
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -131,13 +131,13 @@ def _ratio(score) -> str:
     return f"{score['ratio']:.2f}{mark}"
 
 
-def _suite_variant(name: str, settings: Dict[str, Any]) -> str:
-    """A variant's name with what sets it apart: its runner and actors, its config overrides."""
+def _suite_variant(name: str, settings: Dict[str, Any], earlier: Optional[Dict[str, Any]] = None) -> str:
+    """A variant's name with what sets it apart: its runner and actors, its config overrides, and the
+    ``earlier`` defaults it ran with (``d4pg_learning.earlier_defaults``)."""
     notes = []
     if settings.get("runner", "ray") != "ray":
         notes.append(f"{settings['runner']} runner, {settings.get('num_actors')} actor(s) in one process")
     notes += [f"{k}={v}" for k, v in sorted(settings.get("overrides", {}).items())]
-    earlier = settings.get("earlier_defaults", {})
     if earlier:  # run before these defaults changed: not today's defaults until run again
         notes.append("earlier defaults " + ", ".join(f"{k}={v}" for k, v in sorted(earlier.items())))
     return f"{name} ({'; '.join(notes)})" if notes else name
@@ -176,7 +176,8 @@ def suite_section(path: str) -> List[str]:
                 sources.append(source)
             ref = f"[S{sources.index(source) + 1}]" if source else "-"
             lines.append("| " + " | ".join([
-                task, _suite_variant(variant, entry.get("settings", {})), str(entry["num_seeds"]),
+                task, _suite_variant(variant, entry.get("settings", {}), entry.get("earlier_defaults")),
+                str(entry["num_seeds"]),
                 _published(s100), _mean_std(s100), _ratio(s100),
                 _published(s500), _mean_std(s500), _ratio(s500), steps, walls, ref,
                 ", ".join(entry.get("machines", []))]) + " |")
