@@ -201,27 +201,77 @@ def _with_current_defaults(settings: Dict[str, Any]) -> Dict[str, Any]:
     return dict(settings, config={**D4PGConfig().to_dict(), **settings.get("config", {})})
 
 
+def _rows(out_dir: str) -> List[tuple]:
+    """The records pooled into the table's rows: ``(key, name, settings, labels, records)``.
+
+    A row holds the records of one task that ran the same experiment: equal
+    settings and the same whole config, whatever variant name each was
+    recorded under (a variant that set a value which has since become the
+    default ran today's defaults). A row whose config is today's default on
+    the default runner is named ``default``; any other takes its records'
+    variant names. One record per seed: the one recorded under the row's name
+    if there is one.
+    """
+    import json  # pylint: disable=g-import-not-at-top
+    from rlplat_agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top  (no TF)
+
+    today = json.loads(json.dumps(D4PGConfig().to_dict()))
+    groups: Dict[tuple, List[Dict[str, Any]]] = {}
+    for records in seeds_lib.recorded_variants(out_dir, BENCH, superseded=True).values():
+        for r in records:
+            settings = _with_current_defaults(r["settings"])
+            experiment = {k: v for k, v in settings.items() if k != "overrides"}
+            groups.setdefault((settings["env"], json.dumps(experiment, sort_keys=True)), []).append(r)
+    pooled = []
+    for (task, _), records in groups.items():
+        settings = _with_current_defaults(records[0]["settings"])
+        config = json.loads(json.dumps(settings["config"]))
+        differs = {k for k, v in config.items() if k in today and today[k] != v}
+        chosen = {k for r in records for k in r["settings"].get("overrides", {})}
+        settings = dict(settings, overrides={k: config[k] for k in sorted(differs & chosen)})
+        labels = sorted({r["variant"].rpartition("-")[0] for r in records})
+        name = ("default" if not differs and settings.get("runner", "ray") == "ray"
+                and settings.get("num_actors") == 2 else "+".join(labels))
+        by_seed: Dict[int, Dict[str, Any]] = {}
+        for r in records:
+            if r["seed"] not in by_seed or r["variant"].rpartition("-")[0] == name:
+                by_seed[r["seed"]] = r
+        pooled.append((bool(differs - chosen), _task_order(task), name, settings, labels,
+                       [by_seed[s] for s in sorted(by_seed)]))
+    rows, keys = [], set()
+    # Today's config first; a name met again (the same variant under earlier defaults) is numbered.
+    for _, _, name, settings, labels, records in sorted(pooled, key=lambda p: p[:3]):
+        key, k = name, 1
+        while (settings["env"], key) in keys:
+            k += 1
+            key = f"{name} #{k}"
+        keys.add((settings["env"], key))
+        rows.append((key, name, settings, labels, records))
+    return rows
+
+
+def _task_order(task: str) -> tuple:
+    return (ALL_TASKS.index(task) if task in ALL_TASKS else len(ALL_TASKS), task)
+
+
 def write_report(out_dir: str) -> Dict[str, Any]:
-    """Rebuilds d4pg_suite.json/.png from every recorded seed."""
+    """Rebuilds d4pg_suite.json/.png from every recorded seed, superseded records included."""
     import json  # pylint: disable=g-import-not-at-top
 
-    variants = seeds_lib.recorded_variants(out_dir, BENCH)
     report: Dict[str, Any] = {"benchmark": BENCH, "machine": seeds_lib.machine(), "env_steps":
                               "environment steps (no action repeat: one agent step is one env step), "
                               "as CURL counts them", "published_source": CURL, "variants": {}}
-    for name, records in sorted(variants.items()):
-        settings = _with_current_defaults(records[0]["settings"])
-        records = [r for r in records if _with_current_defaults(r["settings"]) == settings]
-        variant, _, _ = name.rpartition("-")
+    for key, name, settings, labels, records in _rows(out_dir):
         earlier = d4pg_learning.earlier_defaults(settings)
         entry = task_summary(settings["env"], records)
-        entry.update(settings=settings, earlier_defaults=earlier,
+        entry.update(name=name, settings=settings, earlier_defaults=earlier,
+                     recorded_as=[label for label in labels if label != name],
                      machines=sorted({r["machine"]["cpu_model"] for r in records}),
                      seeds=[{"seed": r["seed"], "eval_curve": r["eval_curve"],
                              "total_wall_seconds": r["total_wall_seconds"]} for r in records])
-        report["variants"].setdefault(variant, {})[settings["env"]] = entry
+        report["variants"].setdefault(key, {})[settings["env"]] = entry
         s500 = entry["scores"]["500000"]
-        print(f"  [{variant}] {settings['env']}: {len(records)} seeds, 500k score "
+        print(f"  [{name}] {settings['env']}: {len(records)} seeds, 500k score "
               + ("-" if s500["mean"] is None else f"{s500['mean']:.0f} ± {s500['std']:.0f}")
               + ("" if s500["ratio"] is None else f" ({s500['ratio']:.2f}x published)")
               + ("" if not earlier else f"; earlier defaults {earlier}"))
@@ -239,8 +289,7 @@ def plot(report: Dict[str, Any], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
 
-    tasks = sorted({t for v in report["variants"].values() for t in v},
-                   key=lambda t: (ALL_TASKS.index(t) if t in ALL_TASKS else len(ALL_TASKS), t))
+    tasks = sorted({t for v in report["variants"].values() for t in v}, key=_task_order)
     cols = min(3, len(tasks))
     rows = (len(tasks) + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.4 * rows), squeeze=False)
@@ -262,7 +311,9 @@ def plot(report: Dict[str, Any], path: str) -> None:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", RuntimeWarning)
                     mean, low, high = np.nanmean(ys, 0), np.nanmin(ys, 0), np.nanmax(ys, 0)
-            line, = ax.plot(grid, mean, label=f"rlplat {variant} ({len(entry['seeds'])} seeds)")
+            line, = ax.plot(grid, mean, label=f"rlplat {entry.get('name', variant)}"
+                            f"{', earlier defaults' if entry.get('earlier_defaults') else ''}"
+                            f" ({len(entry['seeds'])} seeds)")
             ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.2)
         for steps, style in ((100_000, ":"), (500_000, "--")):
             refs, source = published(task)

@@ -18,7 +18,7 @@ import glob
 import json
 import os
 import statistics
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -131,15 +131,19 @@ def _ratio(score) -> str:
     return f"{score['ratio']:.2f}{mark}"
 
 
-def _suite_variant(name: str, settings: Dict[str, Any], earlier: Optional[Dict[str, Any]] = None) -> str:
-    """A variant's name with what sets it apart: its runner and actors, its config overrides, and the
-    ``earlier`` defaults it ran with (``d4pg_learning.earlier_defaults``)."""
+def _suite_variant(name: str, settings: Dict[str, Any], earlier: Optional[Dict[str, Any]] = None,
+                   recorded_as: Sequence[str] = ()) -> str:
+    """A row's name with what sets it apart: its runner and actors, its config overrides, the
+    ``earlier`` defaults it ran with (``d4pg_learning.earlier_defaults``), and the other variant
+    names its records were made under with the same config."""
     notes = []
     if settings.get("runner", "ray") != "ray":
         notes.append(f"{settings['runner']} runner, {settings.get('num_actors')} actor(s) in one process")
     notes += [f"{k}={v}" for k, v in sorted(settings.get("overrides", {}).items())]
     if earlier:  # run before these defaults changed: not today's defaults until run again
         notes.append("earlier defaults " + ", ".join(f"{k}={v}" for k, v in sorted(earlier.items())))
+    if recorded_as:
+        notes.append("recorded as " + ", ".join(recorded_as) + ", the same config")
     return f"{name} ({'; '.join(notes)})" if notes else name
 
 
@@ -176,7 +180,8 @@ def suite_section(path: str) -> List[str]:
                 sources.append(source)
             ref = f"[S{sources.index(source) + 1}]" if source else "-"
             lines.append("| " + " | ".join([
-                task, _suite_variant(variant, entry.get("settings", {}), entry.get("earlier_defaults")),
+                task, _suite_variant(entry.get("name", variant), entry.get("settings", {}),
+                                     entry.get("earlier_defaults"), entry.get("recorded_as", ())),
                 str(entry["num_seeds"]),
                 _published(s100), _mean_std(s100), _ratio(s100),
                 _published(s500), _mean_std(s500), _ratio(s500), steps, walls, ref,

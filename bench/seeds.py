@@ -5,7 +5,9 @@ machine concurrent runs only share the same cores) and keeps each run's eval
 curve in its own JSON file under ``results/runs/``, written as soon as that run
 ends. A later call with the same variant and settings reuses those files, so a
 long sweep interrupted by the end of a session continues where it stopped
-instead of starting again.
+instead of starting again. A run that replaces a record made under other
+settings (a default changed since) sets the earlier record aside rather than
+overwriting it.
 
 ``summarise`` reduces the runs to the figures a learning claim needs: the
 median and worst env steps (and wall time) to the target over seeds, with
@@ -44,12 +46,20 @@ def run_path(out_dir: str, bench: str, variant: str, seed: int) -> str:
     return os.path.join(out_dir, "runs", f"{bench}-{variant}-seed{seed}.json")
 
 
-def recorded_variants(out_dir: str, bench: str) -> Dict[str, List[Dict[str, Any]]]:
-    """Every seed record of ``bench`` under ``out_dir``, grouped by variant (seed order)."""
-    import glob  # pylint: disable=g-import-not-at-top
+def recorded_variants(out_dir: str, bench: str, superseded: bool = False) -> Dict[str, List[Dict[str, Any]]]:
+    """Every seed record of ``bench`` under ``out_dir``, grouped by variant (seed order).
 
+    With ``superseded``, the records that a later run of the same variant and
+    seed under other settings set aside (``set_aside``) come too.
+    """
+    import glob  # pylint: disable=g-import-not-at-top
+    import re  # pylint: disable=g-import-not-at-top
+
+    live = re.compile(r"-seed\d+\.json$")
     variants: Dict[str, List[Dict[str, Any]]] = {}
     for path in sorted(glob.glob(os.path.join(out_dir, "runs", f"{bench}-*-seed*.json"))):
+        if not superseded and not live.search(path):
+            continue
         with open(path) as f:
             record = json.load(f)
         variants.setdefault(record["variant"], []).append(record)
@@ -57,6 +67,19 @@ def recorded_variants(out_dir: str, bench: str) -> Dict[str, List[Dict[str, Any]
         records.sort(key=lambda r: r["seed"])
     return variants
 
+
+def set_aside(path: str) -> str:
+    """Moves a record made under other settings out of a new run's way: ``<path>.supersededK.json``.
+
+    A default that changes makes every earlier record of a variant differ from
+    a new run of it; the earlier record is a result, so it is kept, not overwritten.
+    """
+    stem = path[:-len(".json")]
+    k = 1
+    while os.path.exists(f"{stem}.superseded{k}.json"):
+        k += 1
+    os.replace(path, f"{stem}.superseded{k}.json")
+    return f"{stem}.superseded{k}.json"
 
 
 def add_sweep_arguments(parser: Any, config_name: str, out_dir: str) -> None:
@@ -126,6 +149,12 @@ def run_seeds(out_dir: str, bench: str, variant: str, seeds: Sequence[int], sett
                 continue
         record = dict(run_one(seed), seed=seed, variant=variant, settings=settings, machine=machine())
         os.makedirs(os.path.dirname(path), exist_ok=True)
+        if os.path.exists(path):
+            with open(path) as f:
+                earlier = json.load(f)
+            if earlier.get("settings") != settings:
+                print(f"[{bench}/{variant}] seed {seed}: the record made under other settings is kept as "
+                      f"{os.path.relpath(set_aside(path))}", flush=True)
         with open(path, "w") as f:
             json.dump(record, f, indent=1)
         records.append(record)

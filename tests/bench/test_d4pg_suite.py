@@ -111,3 +111,46 @@ def test_a_record_made_under_earlier_defaults_says_so(tmp_path):
     lines = learning_table.suite_section(os.path.join(out, "d4pg_suite.json"))
     row = next(line for line in lines if line.startswith("| cartpole:swingup"))
     assert "default (earlier defaults critic_learning_rate=1.0)" in row
+
+
+def _write(out, record):
+    path = seeds.run_path(out, d4pg_suite.BENCH, record["variant"], record["seed"])
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(record, f)
+
+
+def test_a_rerun_under_new_defaults_keeps_the_earlier_record_and_pools_equal_configs(tmp_path, capsys):
+    from rlplat_agents.d4pg.config import D4PGConfig
+
+    out = str(tmp_path)
+    today = json.loads(json.dumps(D4PGConfig().to_dict()))
+    rate = today["critic_learning_rate"]
+    earlier = _record(1, [400] * 25, task="cartpole:swingup")
+    earlier["settings"].update(num_actors=2, overrides={}, config=dict(today, critic_learning_rate=rate / 3))
+    _write(out, earlier)
+    # Seed 0 was recorded under another name, setting what is now the default.
+    chosen = _record(0, [800] * 25, task="cartpole:swingup")
+    chosen["variant"] = "lr-cartpole_swingup"
+    chosen["settings"].update(num_actors=2, overrides={"critic_learning_rate": rate}, config=today)
+    _write(out, chosen)
+    settings = dict(earlier["settings"], config=today)
+    records = seeds.run_seeds(out, d4pg_suite.BENCH, earlier["variant"], [1], settings,
+                              lambda s: {"eval_curve": _record(s, [900] * 25)["eval_curve"],
+                                         "total_wall_seconds": 1.0, "env_steps_per_s": 1.0})
+    assert records[0]["settings"] == settings
+    assert "kept as" in capsys.readouterr().out
+    kept = seeds.recorded_variants(out, d4pg_suite.BENCH, superseded=True)["default-cartpole_swingup"]
+    assert sorted(r["settings"]["config"]["critic_learning_rate"] for r in kept) == [rate / 3, rate]
+    assert len(seeds.recorded_variants(out, d4pg_suite.BENCH)["default-cartpole_swingup"]) == 1
+    report = d4pg_suite.write_report(out)
+    today_row = report["variants"]["default"]["cartpole:swingup"]
+    assert [s["seed"] for s in today_row["seeds"]] == [0, 1] and today_row["recorded_as"] == ["lr"]
+    assert today_row["scores"]["500000"]["mean"] == pytest.approx(850.0)
+    assert today_row["settings"]["overrides"] == {} and today_row["earlier_defaults"] == {}
+    then_row = report["variants"]["default #2"]["cartpole:swingup"]
+    assert then_row["earlier_defaults"] == {"critic_learning_rate": rate / 3}
+    assert then_row["scores"]["500000"]["mean"] == pytest.approx(400.0)
+    lines = learning_table.suite_section(os.path.join(out, "d4pg_suite.json"))
+    rows = [line for line in lines if line.startswith("| cartpole:swingup")]
+    assert "default (recorded as lr, the same config)" in rows[0] and "earlier defaults" in rows[1]
