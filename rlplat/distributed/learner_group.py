@@ -293,9 +293,10 @@ class LearnerGroup(LearnerService):
         return self._chief(lambda m: m.get_variables_if_newer.remote(list(names), version),
                            "get_variables_if_newer")
 
-    def make_evaluation_actor(self, seed: int):
-        """The chief's ``make_evaluation_actor``."""
-        return self._chief(lambda m: m.make_evaluation_actor.remote(int(seed)), "make_evaluation_actor")
+    def make_unbound_actor(self, actor_index: int, seed: int, evaluation: bool = False):
+        """The chief's ``make_unbound_actor``."""
+        return self._chief(lambda m: m.make_unbound_actor.remote(int(actor_index), int(seed), bool(evaluation)),
+                           "make_unbound_actor")
 
     def replay_counts(self, timeout_s: float):
         """The chief's ``replay_counts``."""

@@ -58,8 +58,8 @@ class LearnerService(WeightServer, Protocol):
     def request_stop(self) -> None:
         """The running and every later ``train`` returns after its current step."""
 
-    def make_evaluation_actor(self, seed: int) -> Any:
-        """The builder's greedy actor, unbound (the evaluator binds its own source); or None."""
+    def make_unbound_actor(self, actor_index: int, seed: int, evaluation: bool = False) -> Any:
+        """The builder's actor, unbound (the acting process binds its own source and adder); or None."""
 
     def save_checkpoint(self, timeout_s: float = 60.0) -> Dict[str, Any]:
         """A checkpoint between two steps: ``{"path", "step"}`` and replay's outcome."""

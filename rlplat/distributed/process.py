@@ -9,7 +9,8 @@ Two layers, because they act at different times:
 2. ``setup_worker(...)`` runs first thing in each worker's ``__init__``: it
    fixes TF's thread pools and hides GPUs from TF. TF may already be imported
    by then (unpickling a builder imports its agent), but its runtime has not
-   started, so both settings still apply.
+   started, so both settings still apply. Actors and the evaluator run no
+   TensorFlow and call ``setup_light_worker()`` instead, which imports none.
 
 Why one thread per actor: an idle BLAS/TF helper thread spins and steals a
 core from an environment.
@@ -116,8 +117,13 @@ def runtime_env(role: str, cpu_only: bool = True, threads: Optional[int] = None)
 
 
 def setup_light_worker() -> None:
-    """Thread limits for a worker that runs no TensorFlow (the evaluator)."""
-    for name, value in _ONE_THREAD.items():
+    """Thread limits for a worker that runs no TensorFlow itself (actors, the evaluator).
+
+    Should an agent's actor import TensorFlow after all, TF reads its thread
+    pools' sizes from these variables when its runtime starts, so it gets one
+    thread each, as ``setup_worker(1, 1)`` would give it.
+    """
+    for name, value in {**_ONE_THREAD, "TF_NUM_INTRAOP_THREADS": "1", "TF_NUM_INTEROP_THREADS": "1"}.items():
         os.environ.setdefault(name, value)
 
 

@@ -200,9 +200,10 @@ class RemoteVariableSource(core.VariableSource):
         """The learner's ``replay_address()``."""
         return self._wait(self._handle.replay_address.remote(), "replay_address")
 
-    def make_evaluation_actor(self, seed: int):
-        """The learner's ``make_evaluation_actor(seed)``."""
-        return self._wait(self._handle.make_evaluation_actor.remote(int(seed)), "make_evaluation_actor")
+    def make_unbound_actor(self, actor_index: int, seed: int, evaluation: bool = False):
+        """The learner's ``make_unbound_actor(actor_index, seed, evaluation)``."""
+        return self._wait(self._handle.make_unbound_actor.remote(int(actor_index), int(seed), bool(evaluation)),
+                          "make_unbound_actor")
 
     def _wait(self, ref, method: str):
         """The answer to ``ref`` (a call of ``method``), waited for at most ``timeout_s``."""

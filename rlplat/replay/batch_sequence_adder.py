@@ -26,7 +26,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import dm_env
 import numpy as np
-import reverb
+from rlplat.replay import reverb_client
 import tree
 
 from rlplat.replay import closing
@@ -44,7 +44,7 @@ class BatchSequenceAdder(closing.ClosesOnExit):
     where row k holds what stream k's ``SequenceAdder.add`` would get.
     """
 
-    def __init__(self, client: reverb.Client, table: str, unroll_length: int, num_streams: int, *,
+    def __init__(self, client: reverb_client.Client, table: str, unroll_length: int, num_streams: int, *,
                  signature: Optional[Any] = None, priority: float = 1.0,
                  max_in_flight_items: Optional[int] = None, insert_timeout_s: float = 300.0,
                  connect_timeout_s: float = 30.0):

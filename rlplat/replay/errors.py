@@ -5,8 +5,7 @@ from __future__ import annotations
 import math
 from typing import Dict, List, Optional
 
-import reverb
-from reverb import reverb_types
+from rlplat.replay import reverb_client
 
 from rlplat import replay_shards as shards
 
@@ -15,7 +14,7 @@ class ReplayTimeoutError(TimeoutError):
     """A wait on the replay server (connect, insert, sample) ran out of time."""
 
 
-def probe_server(address: str, timeout_s: float) -> Optional[Dict[str, reverb_types.TableInfo]]:
+def probe_server(address: str, timeout_s: float) -> Optional[Dict[str, reverb_client.reverb_types.TableInfo]]:
     """Returns the server's table infos, or None if it did not answer in time.
 
     ``reverb.Client.server_info`` only takes whole seconds and treats 0 as "no
@@ -24,12 +23,12 @@ def probe_server(address: str, timeout_s: float) -> Optional[Dict[str, reverb_ty
     """
     timeout = max(1, math.ceil(timeout_s))
     try:
-        return reverb.Client(address).server_info(timeout=timeout)
-    except (reverb.errors.DeadlineExceededError, RuntimeError):
+        return reverb_client.Client(address).server_info(timeout=timeout)
+    except (reverb_client.errors.DeadlineExceededError, RuntimeError):
         return None
 
 
-def probe_shards(address: str, timeout_s: float) -> Optional[List[Dict[str, reverb_types.TableInfo]]]:
+def probe_shards(address: str, timeout_s: float) -> Optional[List[Dict[str, reverb_client.reverb_types.TableInfo]]]:
     """Each server's table infos, in the order ``address`` names them; None if any did not answer."""
     answers = []
     for shard in shards.split_addresses(address):
@@ -64,7 +63,7 @@ def server_unreachable(address: str, timeout_s: float) -> ReplayTimeoutError:
     )
 
 
-def table_info(address: str, table: str, timeout_s: float) -> reverb_types.TableInfo:
+def table_info(address: str, table: str, timeout_s: float) -> reverb_client.reverb_types.TableInfo:
     """Info of ``table`` at ``address``; one-line errors if unreachable/missing."""
     infos = probe_server(address, timeout_s)
     if infos is None:
@@ -74,7 +73,7 @@ def table_info(address: str, table: str, timeout_s: float) -> reverb_types.Table
     return infos[table]
 
 
-def _limiter_state(info: reverb_types.TableInfo) -> str:
+def _limiter_state(info: reverb_client.reverb_types.TableInfo) -> str:
     rl = info.rate_limiter_info
     return (
         f"size {info.current_size}/{info.max_size}, "

@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, List, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, List, Sequence, Tuple
 
 import numpy as np
-import tensorflow as tf
 import tree
 
+from rlplat.replay import reverb_client
 from rlplat.replay.signature import REPLAY_DTYPE, transition_signature
 from rlplat.replay.types import Transition
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,14 +68,16 @@ class TransitionPacking:
     @property
     def table_signature(self) -> tf.TensorSpec:
         """The Reverb table signature: one ``[size]`` float32 column."""
-        return tf.TensorSpec((self.size,), REPLAY_DTYPE)
+        return reverb_client.TensorSpec((self.size,), REPLAY_DTYPE)
 
     def pack(self, flat: Sequence[Any]) -> np.ndarray:
         """Packs the flattened fields of one transition (float32 NumPy)."""
         return np.concatenate([np.ravel(x) for x in flat]).astype(np.float32, copy=False)
 
     def unpack(self, packed: tf.Tensor) -> Transition:
-        """Splits ``[..., size]`` tensors back into a ``Transition`` (in TF)."""
+        """Splits ``[..., size]`` tensors back into a ``Transition`` (in TF: the learner's input)."""
+        import tensorflow as tf  # pylint: disable=g-import-not-at-top,redefined-outer-name  (actors pack only)
+
         packed = tf.convert_to_tensor(packed)
         outer = tf.shape(packed)[:-1]
         parts = tf.split(packed, self.sizes, axis=-1)

@@ -43,7 +43,7 @@ from typing import Any, List, Optional
 
 import dm_env
 import numpy as np
-import reverb
+from rlplat.replay import reverb_client
 import tree
 
 from rlplat.replay import closing
@@ -64,7 +64,7 @@ def _to_f32(value: Any) -> Any:
     return tree.map_structure(lambda v: np.array(v, np.float32), value)
 
 
-def step_spec_of_table(client: reverb.Client, table: str, unroll_length: int, signature: Optional[Any],
+def step_spec_of_table(client: reverb_client.Client, table: str, unroll_length: int, signature: Optional[Any],
                        connect_timeout_s: float) -> SequenceStep:
     """The spec of ONE step of ``table``'s unrolls, after checking it holds unrolls of ``unroll_length``.
 
@@ -120,7 +120,7 @@ class SequenceAdder(closing.ClosesOnExit):
 
     def __init__(
         self,
-        client: reverb.Client,
+        client: reverb_client.Client,
         table: str,
         unroll_length: int,
         *,

@@ -5,20 +5,19 @@ from __future__ import annotations
 from typing import Any, Tuple
 
 import numpy as np
-
-import tensorflow as tf
 import tree
 
+from rlplat.replay import reverb_client
 from rlplat.replay.types import Transition
 
 # Everything in replay is float32: the learner consumes one dtype, discrete
 # actions included (they are cast back to ints by the agent where needed), and
 # a single dtype keeps the adder's per-step cast trivial.
-REPLAY_DTYPE = tf.float32
+REPLAY_DTYPE = reverb_client.dtypes.float32
 
 
-def _float_spec(spec: Any) -> tf.TensorSpec:
-    return tf.TensorSpec(shape=tuple(spec.shape), dtype=REPLAY_DTYPE)
+def _float_spec(spec: Any) -> reverb_client.TensorSpec:
+    return reverb_client.TensorSpec(shape=tuple(spec.shape), dtype=REPLAY_DTYPE)
 
 
 def transition_signature(obs_spec: Any, action_spec: Any) -> Transition:
@@ -37,8 +36,8 @@ def transition_signature(obs_spec: Any, action_spec: Any) -> Transition:
     return Transition(
         observation=obs,
         action=tree.map_structure(_float_spec, action_spec),
-        reward=tf.TensorSpec((), REPLAY_DTYPE),
-        discount=tf.TensorSpec((), REPLAY_DTYPE),
+        reward=reverb_client.TensorSpec((), REPLAY_DTYPE),
+        discount=reverb_client.TensorSpec((), REPLAY_DTYPE),
         next_observation=tree.map_structure(lambda s: s, obs),
     )
 

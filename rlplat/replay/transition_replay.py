@@ -7,22 +7,23 @@ rate-limited to ``samples_per_insert`` (validated so it cannot stall), an
 streams) and a ``tf.data`` input function, all agreeing on the
 item format (packed into one float32 vector by default, ``rlplat.replay.packing``).
 ``TransitionReplay`` holds those settings (plain values: it pickles) and makes
-the three, so a builder's replay factories are one line each.
+the three, so a builder's replay factories are one line each. The adders'
+side imports no TensorFlow API (``reverb_client``): actors use it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Dict, List
+from typing import TYPE_CHECKING, Any, Callable, Dict, List
 
-import reverb
-
-from rlplat.replay import datasets
-from rlplat.replay import tables
+from rlplat.replay import reverb_client
 from rlplat.replay.adders import NStepTransitionAdder
 from rlplat.replay.packing import TransitionPacking
 from rlplat.replay.signature import transition_signature
 from rlplat.replay.vector_nstep_adder import VectorNStepAdder
+
+if TYPE_CHECKING:
+    import reverb
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +60,8 @@ class TransitionReplay:
 
     def make_tables(self, environment_spec: Any, num_actors: int) -> List[reverb.Table]:
         """The table, its limiter validated against the batch and ``num_actors``."""
+        from rlplat.replay import tables  # pylint: disable=g-import-not-at-top  (the server's side)
+
         tables.validate_rate_limiter(self.samples_per_insert, self.min_replay_size, self.global_batch_size,
                                      num_actors, max_replay_size=self.max_replay_size)
         limiter = tables.make_rate_limiter(self.samples_per_insert, self.min_replay_size,
@@ -68,7 +71,7 @@ class TransitionReplay:
         return [tables.make_uniform_table(self.table, self.max_replay_size, limiter, signature)]
 
     def make_adder(self, replay_address: str, environment_spec: Any) -> NStepTransitionAdder:
-        return NStepTransitionAdder(reverb.Client(replay_address), self.table, self.n_step, self.discount,
+        return NStepTransitionAdder(reverb_client.Client(replay_address), self.table, self.n_step, self.discount,
                                     **self.item_format(environment_spec))
 
     def make_vector_adder(self, replay_address: str, environment_spec: Any, num_streams: int) -> VectorNStepAdder:
@@ -76,11 +79,13 @@ class TransitionReplay:
         packing = self.item_format(environment_spec)["packing"]
         if packing is None:
             raise ValueError("a VectorNStepAdder writes packed transitions only (pack=True)")
-        return VectorNStepAdder(reverb.Client(replay_address), self.table, self.n_step, self.discount, num_streams,
-                                packing=packing)
+        return VectorNStepAdder(reverb_client.Client(replay_address), self.table, self.n_step, self.discount,
+                                num_streams, packing=packing)
 
     def make_input_fn(self, replay_address: str, environment_spec: Any) -> Callable[..., Any]:
         """Per-replica batches of ``Transition`` (``global_batch_size`` over all replicas)."""
+        from rlplat.replay import datasets  # pylint: disable=g-import-not-at-top  (tf.data: the learner's side)
+
         return datasets.make_input_fn(replay_address, self.table, self.global_batch_size,
                                       rate_limiter_timeout_ms=self.rate_limiter_timeout_ms,
                                       **self.item_format(environment_spec))

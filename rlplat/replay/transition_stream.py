@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any, List
 
 import numpy as np
-import reverb
+from rlplat.replay import reverb_client
 
 from rlplat.replay import errors
 
@@ -47,7 +47,7 @@ class TransitionStream:
         if flush_period < 1 or max_pending_items < flush_period:
             raise ValueError(f"need 1 <= flush_period ({flush_period}) <= "
                              f"max_pending_items ({max_pending_items})")
-        if hasattr(client, "trajectory_writer"):  # A reverb.Client.
+        if hasattr(client, "trajectory_writer"):  # A reverb_client.Client.
             self._client, self._writer = client, None
         else:
             self._client, self._writer = None, client
@@ -126,14 +126,14 @@ class TransitionStream:
     def _call(self, fn, *args, **kwargs) -> None:
         try:
             fn(*args, **kwargs)
-        except reverb.errors.DeadlineExceededError as e:
+        except reverb_client.errors.DeadlineExceededError as e:
             raise errors.insert_timeout(self._address, self._table, self._timeout_s) from e
 
 
 class _PublicWriter:
     """Adapter giving a TrajectoryWriter the C++ Append/CreateItem interface."""
 
-    def __init__(self, writer: reverb.TrajectoryWriter):
+    def __init__(self, writer: reverb_client.TrajectoryWriter):
         self._writer = writer
 
     def Append(self, flat: List[Any]) -> List[Any]:  # pylint: disable=invalid-name

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import List
 
 import numpy as np
-import reverb
+from rlplat.replay import reverb_client
 
 from rlplat.replay import errors
 
@@ -47,7 +47,7 @@ class UnrollWriter:
       insert_timeout_s: bound on every blocking wait (flush, episode end).
     """
 
-    def __init__(self, client: reverb.Client, table: str, num_columns: int, *, priority: float,
+    def __init__(self, client: reverb_client.Client, table: str, num_columns: int, *, priority: float,
                  insert_timeout_s: float):
         self._address = client.server_address
         self._table = table
@@ -94,5 +94,5 @@ class UnrollWriter:
     def _call(self, fn, *args, **kwargs) -> None:
         try:
             fn(*args, **kwargs)
-        except reverb.errors.DeadlineExceededError as e:
+        except reverb_client.errors.DeadlineExceededError as e:
             raise queue_insert_timeout(self._address, self._table, self._timeout_s) from e

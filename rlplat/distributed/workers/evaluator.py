@@ -20,7 +20,17 @@ class _UnboundSource:
         raise RuntimeError("this actor was built for another process: call bind_source() first")
 
 
+class _UnboundAdder:
+    """The adder of an actor built for another process; the acting process binds its own."""
+
+    def _unbound(self, *args, **kwargs):
+        raise RuntimeError("this actor was built for another process: call bind_adder() first")
+
+    add_first = add = _unbound
+
+
 UNBOUND_SOURCE = _UnboundSource()
+UNBOUND_ADDER = _UnboundAdder()
 
 
 class Evaluator:
@@ -64,7 +74,7 @@ class Evaluator:
         # The learner builds the greedy actor, so this process needs no
         # TensorFlow (one import fewer per run, and less memory); an actor
         # that cannot be rebound is built here instead.
-        actor = self._source.make_evaluation_actor(int(seed))
+        actor = self._source.make_unbound_actor(0, int(seed), evaluation=True)
         if actor is not None:
             actor.bind_source(self._source)
         else:

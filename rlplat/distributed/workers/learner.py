@@ -23,7 +23,7 @@ from rlplat.distributed.learner_service import LearnerService
 from rlplat.distributed.weight_publisher import WeightPublisher
 from rlplat.distributed.workers import common
 from rlplat.distributed.workers.replay import start_reverb
-from rlplat.distributed.workers.evaluator import UNBOUND_SOURCE
+from rlplat.distributed.workers.evaluator import UNBOUND_ADDER, UNBOUND_SOURCE
 
 
 class LearnerWorker(LearnerService):
@@ -234,19 +234,22 @@ class LearnerWorker(LearnerService):
                 out["first_step_time"] = self._first_step_time  # wall clock, for the start-up times
             return out
 
-    def make_evaluation_actor(self, seed: int):
-        """The builder's greedy actor for an ``Evaluator``, with no variable source yet.
+    def make_unbound_actor(self, actor_index: int, seed: int, evaluation: bool = False):
+        """The builder's actor for another process, with no variable source (and no adder) yet.
 
         Built here because this process has TensorFlow and the agent's
-        networks, which an actor's NumPy policy is derived from; the
-        evaluator binds it to its own source (``WeightPuller.bind_source``)
-        and so never imports TensorFlow. None when the builder's actor is
-        not a ``core.WeightPuller`` (it cannot be rebound; the evaluator
-        builds its own).
+        networks, which an actor's NumPy policy is derived from; the acting
+        process (an ``ActorWorker``, the ``Evaluator``) binds its own source
+        (``WeightPuller.bind_source``) and adder (``bind_adder``) and so never
+        imports TensorFlow. None when the builder's actor cannot be rebound
+        (not a ``core.WeightPuller``, or no ``bind_adder`` for an acting
+        actor): the acting process then builds its own.
         """
-        actor = self._builder.make_actor(self._environment_spec, UNBOUND_SOURCE, None, 0, int(seed),
-                                         evaluation=True)
-        return actor if isinstance(actor, core.WeightPuller) else None
+        adder = None if evaluation else UNBOUND_ADDER
+        actor = self._builder.make_actor(self._environment_spec, UNBOUND_SOURCE, adder, int(actor_index),
+                                         int(seed), evaluation=bool(evaluation))
+        rebindable = isinstance(actor, core.WeightPuller) and (evaluation or hasattr(actor, "bind_adder"))
+        return actor if rebindable else None
 
     def request_stop(self) -> None:
         """Makes the running (and every later) ``train`` return after its current step."""
