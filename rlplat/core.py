@@ -317,5 +317,12 @@ class WeightPuller(abc.ABC):
 class PullingActor(WeightPuller, Actor):
     """An ``Actor`` that pulls its policy weights from a ``VariableSource`` (see ``WeightPuller``).
 
-    Subclasses call ``_count_step()`` in ``observe`` and implement ``_load_policy``.
+    Subclasses call ``_count_step()`` in ``observe`` and implement ``_load_policy``;
+    they record through ``self._adder`` (None records nothing).
     """
+
+    _adder: Any = None
+
+    def bind_adder(self, adder: Any) -> None:
+        """Records through ``adder`` from now on: an actor built in another process (``bind_source``)."""
+        self._adder = adder

@@ -95,10 +95,6 @@ class GaussianActor(core.PullingActor):
     def sigma(self) -> float:
         return self._sigma
 
-    def bind_adder(self, adder: Any) -> None:
-        """Records through ``adder`` from now on (an actor built in another process: ``bind_source``)."""
-        self._adder = adder
-
     def select_action(self, observation: np.ndarray) -> np.ndarray:
         if self._version < 0:
             self.update(wait=True)

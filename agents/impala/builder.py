@@ -70,11 +70,10 @@ class IMPALABuilder(core.AgentBuilder):
 
     def make_adder(self, replay_address: str, environment_spec: EnvironmentSpec) -> core.Adder:
         """A ``SequenceAdder`` writing unrolls of ``unroll_length`` to the queue."""
-        import reverb  # pylint: disable=g-import-not-at-top
-
+        from rlplat.replay import reverb_client  # pylint: disable=g-import-not-at-top  (no TF API: actors)
         from rlplat.replay.sequence_adder import SequenceAdder  # pylint: disable=g-import-not-at-top
 
-        return SequenceAdder(reverb.Client(replay_address), self.replay_table,
+        return SequenceAdder(reverb_client.Client(replay_address), self.replay_table,
                              self.config.unroll_length, signature=self.signature(environment_spec),
                              insert_timeout_s=self.insert_timeout_s)
 

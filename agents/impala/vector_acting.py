@@ -134,11 +134,10 @@ def make_vector_actor(builder: Any, environment_spec: Any, variable_source: core
     """``IMPALABuilder.make_vector_actor``'s actor: the builder's policy, a K-stream adder on its queue."""
     adder = None
     if replay_address is not None:
-        import reverb  # pylint: disable=g-import-not-at-top
-
+        from rlplat.replay import reverb_client  # pylint: disable=g-import-not-at-top
         from rlplat.replay.batch_sequence_adder import BatchSequenceAdder  # pylint: disable=g-import-not-at-top
 
-        adder = BatchSequenceAdder(reverb.Client(replay_address), builder.replay_table,
+        adder = BatchSequenceAdder(reverb_client.Client(replay_address), builder.replay_table,
                                    builder.config.unroll_length, len(seeds),
                                    signature=builder.signature(environment_spec),
                                    insert_timeout_s=builder.insert_timeout_s)

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-import tensorflow as tf
 import tree
 
+from rlplat.replay import reverb_client
 from rlplat.replay.signature import REPLAY_DTYPE
 
 # Policy versions are learner step counters: exact integers, never float32.
-POLICY_VERSION_DTYPE = tf.int64
+POLICY_VERSION_DTYPE = reverb_client.dtypes.int64
 
 
 class SequenceStep(NamedTuple):
@@ -47,8 +47,8 @@ class SequenceStep(NamedTuple):
     mask: Any
 
 
-def _seq_spec(spec: Any, steps: int, dtype: tf.DType = REPLAY_DTYPE) -> tf.TensorSpec:
-    return tf.TensorSpec(shape=(steps,) + tuple(spec.shape), dtype=dtype)
+def _seq_spec(spec: Any, steps: int, dtype: Any = REPLAY_DTYPE) -> reverb_client.TensorSpec:
+    return reverb_client.TensorSpec(shape=(steps,) + tuple(spec.shape), dtype=dtype)
 
 
 def sequence_signature(
@@ -72,7 +72,7 @@ def sequence_signature(
     if unroll_length < 1:
         raise ValueError(f"unroll_length={unroll_length} must be >= 1")
     n = unroll_length + 1
-    scalar = tf.TensorSpec((), REPLAY_DTYPE)
+    scalar = reverb_client.TensorSpec((), REPLAY_DTYPE)
     return SequenceStep(
         observation=tree.map_structure(lambda s: _seq_spec(s, n), obs_spec),
         action=tree.map_structure(lambda s: _seq_spec(s, n), action_spec),
@@ -99,7 +99,7 @@ def as_sequence_step(signature: Any) -> Any:
 def step_signature(signature: Any) -> Any:
     """The per-step specs of a sequence signature (leading T + 1 dropped)."""
     return tree.map_structure(
-        lambda s: tf.TensorSpec(tuple(s.shape)[1:], s.dtype), as_sequence_step(signature)
+        lambda s: reverb_client.TensorSpec(tuple(s.shape)[1:], s.dtype), as_sequence_step(signature)
     )
 
 

@@ -242,13 +242,13 @@ class LearnerWorker(LearnerService):
         process (an ``ActorWorker``, the ``Evaluator``) binds its own source
         (``WeightPuller.bind_source``) and adder (``bind_adder``) and so never
         imports TensorFlow. None when the builder's actor cannot be rebound
-        (not a ``core.WeightPuller``, or no ``bind_adder`` for an acting
-        actor): the acting process then builds its own.
+        (not a ``core.WeightPuller``; an acting one must be a
+        ``core.PullingActor``): the acting process then builds its own.
         """
         adder = None if evaluation else UNBOUND_ADDER
         actor = self._builder.make_actor(self._environment_spec, UNBOUND_SOURCE, adder, int(actor_index),
                                          int(seed), evaluation=bool(evaluation))
-        rebindable = isinstance(actor, core.WeightPuller) and (evaluation or hasattr(actor, "bind_adder"))
+        rebindable = isinstance(actor, core.PullingActor if not evaluation else core.WeightPuller)
         return actor if rebindable else None
 
     def request_stop(self) -> None:
