@@ -38,7 +38,6 @@ from typing import Any, Dict, Optional
 
 import ray
 
-from rlplat import run_dir
 from rlplat.distributed import driver_records
 from rlplat.distributed import errors
 from rlplat.distributed.actor_slots import ActorSlot
@@ -72,12 +71,6 @@ class ActorCare:
         slot.ref = slot.handle.run_steps.remote(chunk)
         self.pending[slot.ref] = ("actor", slot)
 
-    def _record_actor_tensorflow(self, imported: bool) -> None:
-        """``run_info.json``'s ``actor_tensorflow``: whether any actor process imported TensorFlow's API."""
-        if imported or self.actor_tensorflow is None:
-            self.actor_tensorflow = bool(self.actor_tensorflow) or imported
-            run_dir.update_run_info(self.logdir, {"actor_tensorflow": self.actor_tensorflow})
-
     def _on_actor(self, ref, slot: ActorSlot) -> None:
         slot.ref = None
         try:
@@ -87,7 +80,6 @@ class ActorCare:
             return
         if "first_step_time" in stats:
             self.startup_milestone("first_actor_step", stats.pop("first_step_time"))
-            self._record_actor_tensorflow(bool(stats.pop("tensorflow_imported", False)))
         slot.chunks_after_restart += bool(stats.get("restarted"))
         slot.seed = int(stats.get("seed", slot.seed))  # a new process reseeds itself
         steps = int(stats.get("env_steps", slot.chunk))

@@ -86,7 +86,6 @@ class ControlLoop(ActorCare, ReplayWatch):
         self.loop_ended: Optional[float] = None
         self.last_learner_metrics: Dict[str, Any] = {}
         self.startup = StartupTimes()
-        self.actor_tensorflow: Optional[bool] = None  # whether an actor process imported TensorFlow's API
         self.replay_stats: Dict[str, Any] = {}
         self.replay_shard_stats: List[Dict[str, Any]] = []  # per shard, with --num-replay-shards > 1
         self.replay_probe_misses = 0  # the replay server did not answer, its process was alive

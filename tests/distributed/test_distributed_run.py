@@ -187,8 +187,11 @@ def test_run_writes_logs_checkpoint_and_run_info(first_run):
     assert info["config"]["agent"]["global_batch_size"] == SMALL.global_batch_size
     assert info["git_sha"] and info["versions"]["ray"]
     assert info["agent"] == "d4pg"  # the registered agent whose builder it ran
-    # Actors act in NumPy and write through reverb_client: no actor process imported TensorFlow's API.
-    assert info["actor_tensorflow"] is False
+    # Actors act in NumPy and write through reverb_client: only the learner's process imports TensorFlow.
+    imported = {name: where["tensorflow"] for name, where in info["node_placement"].items()}
+    acting = sorted(name for name in imported if name.startswith(("actor", "evaluator")))
+    assert imported["learner"] and acting == ["actor 0", "actor 1", "evaluator"], imported
+    assert not any(imported[name] for name in acting), imported
     # Start-up, seconds from the driver's launch: each milestone after the one it needs.
     up = info["startup_s"]
     assert set(up) == {"ray_up", "replay_ready", "learner_ready", "first_actor_step", "first_learner_step"}

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 import time
 from typing import Any, Dict, Optional
 
@@ -130,8 +129,7 @@ class ActorWorker:
         ``steps_per_second``, ``policy_version`` (of the weights at the end of
         the chunk), ``weight_pulls`` (pulls that moved weights, in total),
         ``restarted``, ``pid`` and ``init_s`` (seconds ``__init__`` took); the
-        first chunk adds ``first_step_time`` (wall clock) and ``tensorflow_imported``
-        (whether this process has imported TensorFlow's Python API).
+        first chunk adds ``first_step_time`` (wall clock).
         """
         start, first_chunk = time.perf_counter(), self._total_steps == 0
         started_at = time.time()
@@ -148,8 +146,6 @@ class ActorWorker:
         })
         if first_chunk:  # this process's first step (wall clock, for the run's start-up times)
             stats["first_step_time"] = started_at
-            # Actors write through reverb_client and need no TensorFlow API; the run records whether it came.
-            stats["tensorflow_imported"] = "tensorflow" in sys.modules
         return stats
 
     def close(self) -> None:
