@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 
 def _rlplat() -> List[str]:
@@ -19,15 +19,16 @@ def _rlplat() -> List[str]:
     return [script] if os.path.exists(script) else [sys.executable, "-m", "rlplat.launch.cli"]
 
 
-def run(argv: Sequence[str], log: str, ok_codes: Sequence[int] = (0,), bench: str = "bench") -> float:
-    """Runs ``rlplat ARGV`` with its output in ``log``; returns its wall seconds.
+def run(argv: Sequence[str], log: str, ok_codes: Sequence[int] = (0,), bench: str = "bench",
+        env: Optional[Dict[str, str]] = None) -> float:
+    """Runs ``rlplat ARGV`` (in ``env``, default this process's) with its output in ``log``; returns its wall seconds.
 
     Exits the bench with one line when the command's exit code is not in ``ok_codes``.
     """
     print("$ rlplat " + " ".join(argv), flush=True)
     start = time.monotonic()
     with open(log, "w") as f:
-        code = subprocess.call(_rlplat() + list(argv), stdout=f, stderr=subprocess.STDOUT)
+        code = subprocess.call(_rlplat() + list(argv), stdout=f, stderr=subprocess.STDOUT, env=env)
     seconds = time.monotonic() - start
     if code not in ok_codes:
         sys.exit(f"{bench}: `rlplat {argv[0]}` exited {code}; see {log}")

@@ -21,7 +21,13 @@ then the replay warm-up), which no overlap of workers can go under. The
 machine's load average is recorded with each figure: run it on a quiet
 machine.
 
-    python bench/startup.py [--runs 3] [--repeats 3]
+``--baseline DIR`` (a checkout of another commit, e.g. ``git worktree add
+DIR REV``) runs that tree's code as well, alternating with this one's (A B,
+then B A), and reports its milestones beside these and the per-pair
+differences of the first learner step: a before/after on the same machine
+at the same time.
+
+    python bench/startup.py [--runs 3] [--repeats 3] [--baseline DIR]
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -53,6 +59,7 @@ IMPORTS = {
     "dm_control suite (MuJoCo)": "from dm_control import suite",
     "rlplat learner worker": "import rlplat.distributed.workers.learner",
     "rlplat actor worker": "import rlplat.distributed.workers.actor",
+    "reverb's client without TensorFlow's API (actors)": "from rlplat.replay import reverb_client",
 }
 RAY_UP = ("import time; t = time.perf_counter(); from rlplat.distributed import cluster; "
           "c = cluster.connect(None); print(time.perf_counter() - t); cluster.disconnect(c)")
@@ -85,31 +92,69 @@ def measure_parts(repeats: int, log) -> Dict[str, float]:
     return parts
 
 
-def measure_runs(runs: int, log) -> List[Dict[str, Any]]:
-    """``runs`` short runs of README command (a); each run's ``startup_s`` and env steps/s."""
+def baseline_env(tree: str) -> Dict[str, str]:
+    """An environment whose ``rlplat``, ``rlplat_agents`` and ``rlplat_envs`` are ``tree``'s (PYTHONPATH first)."""
+    links = tempfile.mkdtemp(prefix="startup_baseline_")
+    os.symlink(os.path.join(tree, "agents"), os.path.join(links, "rlplat_agents"))
+    os.symlink(os.path.join(tree, "envs"), os.path.join(links, "rlplat_envs"))
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.abspath(tree), links]))
+
+
+def measure_runs(runs: int, log, baseline: Optional[str] = None) -> List[Dict[str, Any]]:
+    """``runs`` short runs of README command (a); each run's ``startup_s`` and env steps/s.
+
+    With ``baseline`` (a tree), each of the ``runs`` rounds also runs that tree's
+    code, this tree first in even rounds and second in odd ones; each record
+    names its ``tree`` ("this" or "baseline") and ``round``.
+    """
     out = []
+    trees = [("this", None)] if baseline is None else [("this", None), ("baseline", baseline_env(baseline))]
     for i in range(runs):
-        folder = tempfile.mkdtemp(prefix="startup_")
-        logdir = os.path.join(folder, "run")
-        seconds = cli_runs.run(["train", "d4pg", "--env", "cartpole:swingup", "--max-actor-steps", "2000",
-                                "--eval-every-steps", "2000", "--eval-episodes", "1", "--seed", str(100 + i),
-                                "--logdir", logdir], os.path.join(folder, "console.log"), bench="startup")
-        with open(os.path.join(logdir, "run_info.json"), encoding="utf-8") as f:
-            info = json.load(f)
-        with open(os.path.join(logdir, "config.json"), encoding="utf-8") as f:
-            min_replay = json.load(f)["agent"]["min_replay_size"]
-        rates = [json.loads(line).get("env_steps_per_second") for line in open(os.path.join(logdir, "metrics.jsonl"))]
-        rates = [r for r in rates if r]
-        out.append({"startup_s": info["startup_s"], "learner_startup_s": info.get("learner_startup_s"),
-                    "wall_s": seconds, "min_replay_size": min_replay,
-                    "env_steps_per_s": rates[-1] if rates else None, "load_average": os.getloadavg()[0]})
-        log(f"run {i}: " + ", ".join(f"{k} {v:.1f}" for k, v in info["startup_s"].items()))
+        for tree, env in (trees if i % 2 == 0 else trees[::-1]):
+            out.append(dict(_one_run(i, log, env), tree=tree, round=i))
     return out
+
+
+def _one_run(i: int, log, env: Optional[Dict[str, str]]) -> Dict[str, Any]:
+    folder = tempfile.mkdtemp(prefix="startup_")
+    logdir = os.path.join(folder, "run")
+    seconds = cli_runs.run(["train", "d4pg", "--env", "cartpole:swingup", "--max-actor-steps", "2000",
+                            "--eval-every-steps", "2000", "--eval-episodes", "1", "--seed", str(100 + i),
+                            "--logdir", logdir], os.path.join(folder, "console.log"), bench="startup", env=env)
+    with open(os.path.join(logdir, "run_info.json"), encoding="utf-8") as f:
+        info = json.load(f)
+    with open(os.path.join(logdir, "config.json"), encoding="utf-8") as f:
+        min_replay = json.load(f)["agent"]["min_replay_size"]
+    rates = [json.loads(line).get("env_steps_per_second") for line in open(os.path.join(logdir, "metrics.jsonl"))]
+    rates = [r for r in rates if r]
+    log(f"run {i}{' (baseline)' if env else ''}: "
+        + ", ".join(f"{k} {v:.1f}" for k, v in info["startup_s"].items()))
+    return {"startup_s": info["startup_s"], "learner_startup_s": info.get("learner_startup_s"),
+            "wall_s": seconds, "min_replay_size": min_replay, "git_sha": info.get("git_sha"),
+            "env_steps_per_s": rates[-1] if rates else None, "load_average": os.getloadavg()[0]}
+
+
+def _milestones(runs: List[Dict[str, Any]]) -> Dict[str, float]:
+    return {m: statistics.median(r["startup_s"][m] for r in runs if m in r["startup_s"]) for m in MILESTONES}
+
+
+def baseline_report(runs: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The baseline tree's median milestones and, per round, its first learner step less this tree's."""
+    base = [r for r in runs if r.get("tree") == "baseline"]
+    if not base:
+        return None
+    this = {r["round"]: r for r in runs if r.get("tree") == "this"}
+    gaps = [b["startup_s"]["first_learner_step"] - this[b["round"]]["startup_s"]["first_learner_step"]
+            for b in base if b["round"] in this]
+    return {"git_sha": base[0].get("git_sha"), "milestones_s": _milestones(base),
+            "first_learner_step_gaps_s": gaps, "rounds_this_faster": sum(g > 0 for g in gaps)}
 
 
 def report(parts: Dict[str, float], runs: List[Dict[str, Any]]) -> Dict[str, Any]:
     """Median milestones, and the floor: the parts that follow one another on the first learner step's path."""
-    milestones = {m: statistics.median(r["startup_s"][m] for r in runs if m in r["startup_s"]) for m in MILESTONES}
+    baseline = baseline_report(runs)
+    runs = [r for r in runs if r.get("tree", "this") == "this"]
+    milestones = _milestones(runs)
     rate = statistics.median(r["env_steps_per_s"] for r in runs if r["env_steps_per_s"])
     warmup = runs[0]["min_replay_size"] / rate
     floor = {"python and local ray start": parts["python alone"] + parts["local ray start (cluster.connect)"],
@@ -122,7 +167,7 @@ def report(parts: Dict[str, float], runs: List[Dict[str, Any]]) -> Dict[str, Any
     return {"milestones_s": milestones, "learner_path_s": learner_path, "parts_s": parts, "floor_s": floor,
             "floor_total_s": sum(floor.values()),
             "first_learner_step_over_floor": milestones["first_learner_step"] / sum(floor.values()),
-            "target_first_learner_step_s": 8.0}
+            "target_first_learner_step_s": 8.0, **({"baseline": baseline} if baseline else {})}
 
 
 def plot(result: Dict[str, Any], path: str) -> None:
@@ -136,12 +181,16 @@ def plot(result: Dict[str, Any], path: str) -> None:
     for name, seconds in result["floor_s"].items():
         ax.barh(["floor (in series)"], [seconds], left=[left], label=name)
         left += seconds
-    ms = result["milestones_s"]
-    ax.barh(["measured milestones"], [ms["first_learner_step"]], color="lightgray")
-    for m in MILESTONES:
-        ax.plot([ms[m]], ["measured milestones"], "k|", markersize=18)
-        ax.annotate(m.replace("_", " "), (ms[m], 1), xytext=(0, 14), textcoords="offset points", rotation=35,
-                    fontsize=7)
+    rows = [("measured milestones", result["milestones_s"])]
+    if result.get("baseline"):
+        rows.insert(0, (f"baseline {result['baseline']['git_sha'] or ''}".strip(), result["baseline"]["milestones_s"]))
+    for row, (label, ms) in enumerate(rows, start=1):
+        ax.barh([label], [ms["first_learner_step"]], color="lightgray")
+        for m in MILESTONES:
+            ax.plot([ms[m]], [label], "k|", markersize=18)
+            if row == len(rows):
+                ax.annotate(m.replace("_", " "), (ms[m], row), xytext=(0, 14), textcoords="offset points",
+                            rotation=35, fontsize=7)
     ax.axvline(result["target_first_learner_step_s"], color="r", ls="--", label="issue 31's target (8 s)")
     ax.set_xlabel("seconds from launch")
     ax.legend(fontsize=7, loc="lower right")
@@ -156,13 +205,16 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--baseline", metavar="DIR", help="a checkout of another commit to run alternately")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     args = parser.parse_args(argv)
+    if args.baseline and not os.path.isdir(os.path.join(args.baseline, "rlplat")):
+        parser.error(f"--baseline {args.baseline}: not a checkout of rlplat (no rlplat/ in it)")
     log = throughput_report.logger(time.time())
 
     load_before = os.getloadavg()[0]
     parts = measure_parts(args.repeats, log)
-    runs = measure_runs(args.runs, log)
+    runs = measure_runs(args.runs, log, args.baseline)
     result = {"benchmark": "startup", "machine": machine(), "load_average_before": load_before, "runs": runs,
               **report(parts, runs)}
     os.makedirs(args.out, exist_ok=True)
@@ -174,6 +226,11 @@ def main(argv=None) -> int:
         log("learner's path (median s from launch): "
             + ", ".join(f"{k} {v:.1f}" for k, v in result["learner_path_s"].items()))
     log(f"floor: {result['floor_total_s']:.1f} s = " + " + ".join(f"{k} {v:.1f}" for k, v in result["floor_s"].items()))
+    if result.get("baseline"):
+        base = result["baseline"]
+        log(f"baseline {base['git_sha']}: " + ", ".join(f"{k} {v:.1f} s" for k, v in base["milestones_s"].items())
+            + f"; first learner step later than this tree's in {base['rounds_this_faster']} of "
+            f"{len(base['first_learner_step_gaps_s'])} rounds")
     return 0
 
 
