@@ -97,7 +97,8 @@ def _suite(d: Dict[str, Any]) -> List[str]:
             s500 = entry["scores"]["500000"]
             score = "-" if s500["mean"] is None else f"{s500['mean']:.0f} ± {s500['std']:.0f}"
             ratio = "" if s500["ratio"] is None else f", {s500['ratio']:.2f}x State SAC"
-            lines.append(f"[{variant}] {task}: {entry['num_seeds']} seed(s), 500k score {score}{ratio}")
+            name = entry.get("name", variant) + (", earlier defaults" if entry.get("earlier_defaults") else "")
+            lines.append(f"[{name}] {task}: {entry['num_seeds']} seed(s), 500k score {score}{ratio}")
     return lines + ["full table: [results.md](results.md)"]
 
 
