@@ -244,7 +244,7 @@ def _startup(d: Dict[str, Any]) -> List[str]:
     return ["median seconds from launch: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in ms.items()),
             f"serial floor {d['floor_total_s']:.1f} s: " + "; ".join(f"{k} {v:.1f}" for k, v in d["floor_s"].items()),
             f"issue 31's target for the first learner step: {d['target_first_learner_step_s']:g} s"] + ([
-            f"baseline {d['baseline']['git_sha']}, run alternately: " + ", ".join(
+            f"baseline {(d['baseline']['git_sha'] or '')[:7]}, run alternately: " + ", ".join(
                 f"{k.replace('_', ' ')} {v:.1f}" for k, v in d["baseline"]["milestones_s"].items())
             + f"; its first learner step later in {d['baseline']['rounds_this_faster']} of "
             f"{len(d['baseline']['first_learner_step_gaps_s'])} rounds"] if d.get("baseline") else [])

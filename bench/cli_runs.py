@@ -20,15 +20,16 @@ def _rlplat() -> List[str]:
 
 
 def run(argv: Sequence[str], log: str, ok_codes: Sequence[int] = (0,), bench: str = "bench",
-        env: Optional[Dict[str, str]] = None) -> float:
-    """Runs ``rlplat ARGV`` (in ``env``, default this process's) with its output in ``log``; returns its wall seconds.
+        env: Optional[Dict[str, str]] = None, cwd: Optional[str] = None) -> float:
+    """Runs ``rlplat ARGV`` (in ``env`` and ``cwd``, default this process's) with its output in ``log``;
+    returns its wall seconds.
 
     Exits the bench with one line when the command's exit code is not in ``ok_codes``.
     """
     print("$ rlplat " + " ".join(argv), flush=True)
     start = time.monotonic()
     with open(log, "w") as f:
-        code = subprocess.call(_rlplat() + list(argv), stdout=f, stderr=subprocess.STDOUT, env=env)
+        code = subprocess.call(_rlplat() + list(argv), stdout=f, stderr=subprocess.STDOUT, env=env, cwd=cwd)
     seconds = time.monotonic() - start
     if code not in ok_codes:
         sys.exit(f"{bench}: `rlplat {argv[0]}` exited {code}; see {log}")

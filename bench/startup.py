@@ -120,7 +120,8 @@ def _one_run(i: int, log, env: Optional[Dict[str, str]]) -> Dict[str, Any]:
     logdir = os.path.join(folder, "run")
     seconds = cli_runs.run(["train", "d4pg", "--env", "cartpole:swingup", "--max-actor-steps", "2000",
                             "--eval-every-steps", "2000", "--eval-episodes", "1", "--seed", str(100 + i),
-                            "--logdir", logdir], os.path.join(folder, "console.log"), bench="startup", env=env)
+                            "--logdir", logdir], os.path.join(folder, "console.log"), bench="startup", env=env,
+                           cwd=folder)  # Ray puts the driver's directory first on its workers' path
     with open(os.path.join(logdir, "run_info.json"), encoding="utf-8") as f:
         info = json.load(f)
     with open(os.path.join(logdir, "config.json"), encoding="utf-8") as f:
@@ -183,7 +184,8 @@ def plot(result: Dict[str, Any], path: str) -> None:
         left += seconds
     rows = [("measured milestones", result["milestones_s"])]
     if result.get("baseline"):
-        rows.insert(0, (f"baseline {result['baseline']['git_sha'] or ''}".strip(), result["baseline"]["milestones_s"]))
+        sha = (result["baseline"]["git_sha"] or "")[:7]
+        rows.insert(0, (f"baseline {sha}".strip(), result["baseline"]["milestones_s"]))
     for row, (label, ms) in enumerate(rows, start=1):
         ax.barh([label], [ms["first_learner_step"]], color="lightgray")
         for m in MILESTONES:
