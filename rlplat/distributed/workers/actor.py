@@ -103,7 +103,7 @@ class ActorWorker:
 
             self._loop = VectorEnvironmentLoop(self._environments, actors)
         self._total_steps = 0
-        # How long a (re)start takes in here: TF set-up, environment, the learner's weights.
+        # How long a (re)start takes in here: environment, adders, the actor from the learner, its weights.
         self._init_s = time.perf_counter() - started
 
     def _make_actor(self, builder, spec, adder, actor_index: int, seed: int):
