@@ -213,9 +213,7 @@ def _rows(out_dir: str) -> List[tuple]:
     if there is one.
     """
     import json  # pylint: disable=g-import-not-at-top
-    from rlplat_agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top  (no TF)
 
-    today = json.loads(json.dumps(D4PGConfig().to_dict()))
     groups: Dict[tuple, List[Dict[str, Any]]] = {}
     for records in seeds_lib.recorded_variants(out_dir, BENCH, superseded=True).values():
         for r in records:
@@ -226,7 +224,7 @@ def _rows(out_dir: str) -> List[tuple]:
     for (task, _), records in groups.items():
         settings = _with_current_defaults(records[0]["settings"])
         config = json.loads(json.dumps(settings["config"]))
-        differs = {k for k, v in config.items() if k in today and today[k] != v}
+        differs = set(d4pg_learning.earlier_defaults(dict(settings, overrides={})))  # every field off today's
         chosen = {k for r in records for k in r["settings"].get("overrides", {})}
         settings = dict(settings, overrides={k: config[k] for k in sorted(differs & chosen)})
         labels = sorted({r["variant"].rpartition("-")[0] for r in records})
