@@ -30,8 +30,8 @@ import sys
 import types
 from typing import Any, Dict
 
-# Where reverb's modules read these names from ``tensorflow.compat.v1`` at import time.
-_V1_NAMES = ("TensorSpec", "Tensor", "TensorShape", "uint64", "double", "int64", "int32", "float64")
+# The dtypes reverb's modules read from ``tensorflow.compat.v1`` at import time (besides the three classes).
+_V1_DTYPES = ("uint64", "double", "int64", "int32", "float64")
 
 
 def _bare_package(name: str, made: Dict[str, types.ModuleType]) -> types.ModuleType:
@@ -74,7 +74,7 @@ def _import_light() -> Any:
         tf.__version__ = versions.__version__
         _forward_missing(tf)
         values = {"TensorSpec": tensor_spec.TensorSpec, "Tensor": tensor_lib.Tensor,
-                  "TensorShape": tensor_shape.TensorShape, **{n: getattr(dtypes, n) for n in _V1_NAMES[3:]}}
+                  "TensorShape": tensor_shape.TensorShape, **{n: getattr(dtypes, n) for n in _V1_DTYPES}}
         compat = _forwarding("tensorflow.compat", made)
         compat.v1 = _forwarding("tensorflow.compat.v1", made, **values)
         _bare_package("reverb", made)
