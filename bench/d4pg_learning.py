@@ -170,6 +170,20 @@ def earlier_defaults(settings: Dict[str, Any]) -> Dict[str, Any]:
     return {k: v for k, v in sorted(config.items()) if k not in overrides and k in current and current[k] != v}
 
 
+def at_todays_defaults(settings: Dict[str, Any]) -> bool:
+    """Whether a record ran today's default config: every field, its ``overrides`` included.
+
+    A variant that set a field to the value that has since become its default
+    (``lr_3e-4`` once 3e-4 was the default) is today's defaults under
+    another name; the table says so instead of listing it as a change.
+    """
+    from rlplat_agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top  (no TF)
+
+    current = json.loads(json.dumps(D4PGConfig().to_dict()))
+    config = json.loads(json.dumps(settings.get("config", {})))
+    return bool(config) and all(config.get(k) == v for k, v in current.items())
+
+
 def write_report(out_dir):
     """Rebuilds d4pg_learning.json/.png from every recorded seed of every variant."""
     variants = seeds_lib.recorded_variants(out_dir, BENCH)
@@ -179,8 +193,10 @@ def write_report(out_dir):
         records = [r for r in records if r["settings"] == settings]
         summary = seeds_lib.summarise(records, settings["target"], settings["max_actor_steps"])
         summary["env_steps_per_s_median"] = statistics.median(r["env_steps_per_s"] for r in records)
-        earlier = earlier_defaults({"config": records[0].get("config", {}), "overrides": settings["overrides"]})
+        config = records[0].get("config", {})
+        earlier = earlier_defaults({"config": config, "overrides": settings["overrides"]})
         report["variants"][name] = {"settings": settings, "summary": summary, "earlier_defaults": earlier,
+                                    "todays_defaults": at_todays_defaults({"config": config}),
                                     "machines": sorted({r["machine"]["cpu_model"] for r in records}),
                                     "seeds": [{"seed": r["seed"], "eval_curve": r["eval_curve"],
                                                "total_wall_seconds": r["total_wall_seconds"],

@@ -67,12 +67,13 @@ def rows_from(path: str) -> List[Dict[str, Any]]:
         cpus = report.get("machine", {}).get("cpus", "?")
         overrides = settings.get("overrides") or {}
         earlier = variant.get("earlier_defaults") or {}  # run before these defaults changed
+        changes = "; ".join(filter(None, [
+            ", ".join(f"{k}={_fmt_value(v)}" for k, v in sorted(overrides.items())),
+            ", ".join(f"earlier default {k}={_fmt_value(v)}" for k, v in sorted(earlier.items()))])) or "(none)"
+        if variant.get("todays_defaults") and overrides:  # set then, and the defaults since
+            changes = f"(none: today's defaults; set as {changes} before they became defaults)"
         rows.append({
-            "agent": agent.upper(), "task": settings["env"], "variant": name,
-            "overrides": "; ".join(filter(None, [
-                ", ".join(f"{k}={_fmt_value(v)}" for k, v in sorted(overrides.items())),
-                ", ".join(f"earlier default {k}={_fmt_value(v)}" for k, v in sorted(earlier.items()))]))
-                         or "(none)",
+            "agent": agent.upper(), "task": settings["env"], "variant": name, "overrides": changes,
             "seeds": summary["num_seeds"],
             "env_steps": f"{_fmt_steps(min(steps))}-{_fmt_steps(max(steps))}" if len(set(steps)) > 1
                          else _fmt_steps(steps[0] if steps else None),

@@ -154,3 +154,28 @@ def test_a_rerun_under_new_defaults_keeps_the_earlier_record_and_pools_equal_con
     lines = learning_table.suite_section(os.path.join(out, "d4pg_suite.json"))
     rows = [line for line in lines if line.startswith("| cartpole:swingup")]
     assert "default (recorded as lr, the same config)" in rows[0] and "earlier defaults" in rows[1]
+
+
+def test_a_learning_variant_that_set_what_are_now_the_defaults_is_shown_as_todays_defaults(tmp_path):
+    from rlplat_agents.d4pg.config import D4PGConfig
+
+    today = json.loads(json.dumps(D4PGConfig().to_dict()))
+    rate = today["critic_learning_rate"]
+    out = str(tmp_path)
+    for variant, overrides, config in (("lr", {"critic_learning_rate": rate}, today),
+                                       ("default", {}, dict(today, critic_learning_rate=rate / 3))):
+        record = _record(0, [300, 600, 820], every=40_000, task="cartpole:swingup")
+        record["settings"].update(target=800.0, num_actors=2, overrides=overrides)
+        record.update(variant=variant, config=config)
+        path = seeds.run_path(out, d4pg_learning.BENCH, variant, 0)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(record, f)
+    report = d4pg_learning.write_report(out)
+    assert report["variants"]["lr"]["todays_defaults"] is True
+    assert report["variants"]["default"]["todays_defaults"] is False
+    rows = {row["variant"]: row for row in learning_table.rows_from(os.path.join(out, "d4pg_learning.json"))}
+    assert rows["lr"]["overrides"] == (f"(none: today's defaults; set as critic_learning_rate={rate} "
+                                       "before they became defaults)")
+    assert rows["default"]["overrides"] == f"earlier default critic_learning_rate={rate / 3}"
+    assert rows["lr"]["to_target"] == "1/1 reached 800; median 120k, worst 120k"
