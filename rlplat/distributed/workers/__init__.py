@@ -16,8 +16,8 @@ environment steps per call, a ``LearnerWorker`` a chunk of learner steps.
 """
 
 from rlplat.distributed.workers.actor import ActorWorker
-from rlplat.distributed.workers.common import node_ip, remote
-from rlplat.distributed.workers.evaluator import UNBOUND_SOURCE, Evaluator
+from rlplat.distributed.workers.common import UNBOUND_SOURCE, node_ip, remote
+from rlplat.distributed.workers.evaluator import Evaluator
 from rlplat.distributed.workers.learner import LearnerWorker
 from rlplat.distributed.workers.replay import ReplayServer
 

@@ -1,4 +1,5 @@
-"""What every worker role shares: the Ray actor class, this node's IP, the environment and loop.
+"""What every worker role shares: the Ray actor class, this node's IP, the environment and loop, and
+the placeholders of an actor built for another process (``UNBOUND_SOURCE``, ``UNBOUND_ADDER``).
 
 Import discipline (for every module of this package): TensorFlow, Reverb and
 dm_control are never imported at the top. A worker's ``__init__`` sizes TF's
@@ -80,3 +81,23 @@ def to_python(value: Any) -> Any:
     if hasattr(value, "numpy"):  # a TF tensor
         return to_python(value.numpy())
     return value
+
+
+class _UnboundSource:
+    """The variable source of an actor built for another process; it must be bound there."""
+
+    def get_variables(self, names):
+        raise RuntimeError("this actor was built for another process: call bind_source() first")
+
+
+class _UnboundAdder:
+    """The adder of an actor built for another process; the acting process binds its own."""
+
+    def _unbound(self, *args, **kwargs):
+        raise RuntimeError("this actor was built for another process: call bind_adder() first")
+
+    add_first = add = _unbound
+
+
+UNBOUND_SOURCE = _UnboundSource()
+UNBOUND_ADDER = _UnboundAdder()

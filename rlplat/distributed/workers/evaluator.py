@@ -13,26 +13,6 @@ from rlplat.distributed.variables import RemoteVariableSource
 from rlplat.distributed.workers import common
 
 
-class _UnboundSource:
-    """The variable source of an actor built for another process; it must be bound there."""
-
-    def get_variables(self, names):
-        raise RuntimeError("this actor was built for another process: call bind_source() first")
-
-
-class _UnboundAdder:
-    """The adder of an actor built for another process; the acting process binds its own."""
-
-    def _unbound(self, *args, **kwargs):
-        raise RuntimeError("this actor was built for another process: call bind_adder() first")
-
-    add_first = add = _unbound
-
-
-UNBOUND_SOURCE = _UnboundSource()
-UNBOUND_ADDER = _UnboundAdder()
-
-
 class Evaluator:
     """Runs the greedy policy (no exploration, no replay) for whole episodes.
 

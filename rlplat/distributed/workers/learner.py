@@ -23,7 +23,7 @@ from rlplat.distributed.learner_service import LearnerService
 from rlplat.distributed.weight_publisher import WeightPublisher
 from rlplat.distributed.workers import common
 from rlplat.distributed.workers.replay import start_reverb
-from rlplat.distributed.workers.evaluator import UNBOUND_ADDER, UNBOUND_SOURCE
+from rlplat.distributed.workers.common import UNBOUND_ADDER, UNBOUND_SOURCE
 
 
 class LearnerWorker(LearnerService):
