@@ -11,15 +11,17 @@
 2. **Parts** (``--repeats`` fresh processes each, median): Python alone; each
    import the run's processes pay (Ray, TensorFlow, Reverb, dm_control with
    MuJoCo, rlplat's learner and actor modules); a local Ray started the way
-   ``rlplat train`` starts it; and the environment steps the actors must write
-   before the learner's first batch (``min_replay_size`` at the run's env
-   steps/s).
+   ``rlplat train`` starts it; the learner's build and first call alone
+   (``bench/first_call.py``: trace, with the seconds AutoGraph spent
+   converting functions, graph optimisation and the first run); and the
+   environment steps the actors must write before the learner's first batch
+   (``min_replay_size`` at the run's env steps/s).
 
 The report puts the first learner step beside the sum of the parts that lie
-on its path one after another (Ray up, then the learner process's imports,
-then the replay warm-up), which no overlap of workers can go under. The
-machine's load average is recorded with each figure: run it on a quiet
-machine.
+on its path one after another (Ray up, the learner process's imports, its
+build, then its first call or the replay warm-up beside it, whichever is
+longer), which no overlap of workers can go under. The machine's load
+average is recorded with each figure: run it on a quiet machine.
 
 ``--baseline DIR`` (a checkout of another commit, e.g. ``git worktree add
 DIR REV``) runs that tree's code as well, alternating with this one's (A B,
@@ -89,7 +91,24 @@ def measure_parts(repeats: int, log) -> Dict[str, float]:
         ray_up.append(float(done.stdout.strip().splitlines()[-1]))
     parts["local ray start (cluster.connect)"] = statistics.median(ray_up)
     log(f"local ray start: {parts['local ray start (cluster.connect)']:.2f} s")
+    calls = [_first_call() for _ in range(repeats)]
+    for key, name in FIRST_CALL_PARTS.items():
+        parts[name] = statistics.median(c[key] for c in calls)
+        log(f"{name}: {parts[name]:.2f} s")
     return parts
+
+
+# bench/first_call.py's figures, under the names the parts are reported by.
+FIRST_CALL_PARTS = {"build_s": "d4pg learner built (alone)",
+                    "first_call_s": "d4pg learner's first call: trace, optimise, run (alone)",
+                    "autograph_s": "of which AutoGraph converting functions"}
+
+
+def _first_call() -> Dict[str, float]:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", MUJOCO_GL=os.environ.get("MUJOCO_GL", "osmesa"))
+    done = subprocess.run([sys.executable, os.path.join(HERE, "first_call.py")], check=True, env=env,
+                          capture_output=True, text=True, timeout=300)
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def baseline_env(tree: str) -> Dict[str, str]:
@@ -158,10 +177,16 @@ def report(parts: Dict[str, float], runs: List[Dict[str, Any]]) -> Dict[str, Any
     milestones = _milestones(runs)
     rate = statistics.median(r["env_steps_per_s"] for r in runs if r["env_steps_per_s"])
     warmup = runs[0]["min_replay_size"] / rate
+    first_call = parts.get(FIRST_CALL_PARTS["first_call_s"], 0.0)
     floor = {"python and local ray start": parts["python alone"] + parts["local ray start (cluster.connect)"],
              "learner process: python, tensorflow + reverb, rlplat's learner": (
                  parts["python alone"] + parts["tensorflow + reverb"] + parts["rlplat learner worker"]),
-             f"replay warm-up: {runs[0]['min_replay_size']} env steps at {rate:.0f}/s": warmup}
+             "learner built": parts.get(FIRST_CALL_PARTS["build_s"], 0.0)}
+    # The first call traces while the actors fill replay: whichever is longer is on the path.
+    if first_call >= warmup:
+        floor["learner's first call (replay warm-up beside it)"] = first_call
+    else:
+        floor[f"replay warm-up: {runs[0]['min_replay_size']} env steps at {rate:.0f}/s"] = warmup
     steps = [r["learner_startup_s"] for r in runs if r.get("learner_startup_s")]
     # The learner process's own path to "ready", step by step (median seconds from launch).
     learner_path = ({k: statistics.median(s[k] for s in steps if k in s) for k in steps[0]} if steps else None)

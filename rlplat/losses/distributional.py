@@ -11,11 +11,16 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+# TensorFlow ops only, no Python control flow on tensors: AutoGraph would rewrite these
+# functions for nothing, on every learner's first trace (docs/measurements.md).
+_NOT_CONVERTED = tf.autograph.experimental.do_not_convert
+
 
 def _f32(x) -> tf.Tensor:
     return tf.cast(x, tf.float32)
 
 
+@_NOT_CONVERTED
 def categorical_l2_project(z_p, probs, z_q) -> tf.Tensor:
     """Projects a categorical distribution onto a fixed support (Cramer/L2).
 
@@ -58,6 +63,7 @@ def categorical_l2_project(z_p, probs, z_q) -> tf.Tensor:
     return tf.reduce_sum(probs[..., :, None] * weight, axis=-2)  # [B, M]
 
 
+@_NOT_CONVERTED
 def categorical_td_loss(q_logits_tm1, r_t, d_t, target_q_logits_t, atoms) -> tf.Tensor:
     """Distributional n-step TD loss (cross-entropy to the projected target).
 
@@ -85,6 +91,7 @@ def categorical_td_loss(q_logits_tm1, r_t, d_t, target_q_logits_t, atoms) -> tf.
     return tf.nn.softmax_cross_entropy_with_logits(labels=projected, logits=q_logits_tm1)
 
 
+@_NOT_CONVERTED
 def expected_q(q_logits, atoms) -> tf.Tensor:
     """Mean of the categorical distribution: logits [B, N], atoms [N] -> [B]."""
     q_logits, atoms = _f32(q_logits), _f32(atoms)

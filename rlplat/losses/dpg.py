@@ -18,11 +18,16 @@ import tensorflow as tf
 
 from rlplat.losses.distributional import expected_q
 
+# TensorFlow ops only, no Python control flow on tensors: AutoGraph would rewrite these
+# functions for nothing, on every learner's first trace (docs/measurements.md).
+_NOT_CONVERTED = tf.autograph.experimental.do_not_convert
+
 
 def _f32(x) -> tf.Tensor:
     return tf.cast(x, tf.float32)
 
 
+@_NOT_CONVERTED
 def dpg_policy_loss(q_logits, atoms) -> tf.Tensor:
     """Deterministic policy-gradient loss, -E[Q(s, pi(s))], per example [B].
 
@@ -38,6 +43,7 @@ def dpg_policy_loss(q_logits, atoms) -> tf.Tensor:
     return -expected_q(q_logits, atoms)
 
 
+@_NOT_CONVERTED
 def dpg_dqda_loss(dqda, actions, dqda_clip_norm: Optional[float] = None) -> tf.Tensor:
     """DPG loss from a precomputed action-gradient dQ/da, per example [B].
 

@@ -45,6 +45,10 @@ from typing import NamedTuple, Optional
 
 import tensorflow as tf
 
+# TensorFlow ops only, no Python control flow on tensors: AutoGraph would rewrite these
+# functions for nothing, on every learner's first trace (docs/measurements.md).
+_NOT_CONVERTED = tf.autograph.experimental.do_not_convert
+
 
 class VTraceReturns(NamedTuple):
     """V-trace outputs, both ``[T, B]`` and wrapped in ``stop_gradient``.
@@ -71,6 +75,7 @@ def _clip(rho: tf.Tensor, threshold: Optional[float], name: str) -> tf.Tensor:
     return tf.minimum(_f32(threshold), rho)
 
 
+@_NOT_CONVERTED
 def vtrace(
     v_tm1,
     v_t,

@@ -16,6 +16,11 @@ from typing import Any
 
 import tensorflow as tf
 
+# TensorFlow ops only, no Python control flow on tensors: AutoGraph would rewrite these
+# functions for nothing, on every learner's first trace (docs/measurements.md).
+_NOT_CONVERTED = tf.autograph.experimental.do_not_convert
+
+
 _REDUCE_OPS = ("sum", "mean", "max", "min")
 
 
@@ -28,16 +33,19 @@ def _context() -> tf.distribute.ReplicaContext:
     return ctx
 
 
+@_NOT_CONVERTED
 def replica_id() -> tf.Tensor:
     """This replica's index in [0, num_replicas), global across workers."""
     return tf.convert_to_tensor(_context().replica_id_in_sync_group, tf.int32)
 
 
+@_NOT_CONVERTED
 def num_replicas() -> int:
     """The number of replicas in sync, across all workers (a Python int)."""
     return _context().num_replicas_in_sync
 
 
+@_NOT_CONVERTED
 def all_reduce(value: Any, op: str = "mean") -> Any:
     """Reduces `value` (a nest) over replicas with `op` in sum|mean|max|min."""
     if op not in _REDUCE_OPS:
@@ -51,11 +59,13 @@ def all_reduce(value: Any, op: str = "mean") -> Any:
     return tf.nest.map_structure(lambda x: reducer(x, axis=0), stacked)
 
 
+@_NOT_CONVERTED
 def all_gather(value: Any, axis: int = 0) -> Any:
     """Concatenates each replica's `value` along `axis`, in replica order."""
     return _context().all_gather(value, axis=axis)
 
 
+@_NOT_CONVERTED
 def broadcast(value: Any) -> Any:
     """Every replica gets replica 0's `value` (bit-exact, any dtype)."""
     stacked = _stack_over_replicas(_context(), value)

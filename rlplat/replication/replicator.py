@@ -271,6 +271,7 @@ def _without_autotune(dataset: tf.data.Dataset) -> tf.data.Dataset:
     return dataset.with_options(options)
 
 
+@tf.autograph.experimental.do_not_convert  # TF ops only; AutoGraph would rewrite it for nothing
 def _timed_next(iterator):
     """``next(iterator)`` and the seconds it took (ordered by control dependencies in a graph)."""
     start = tf.timestamp()

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+# TensorFlow ops only, no Python control flow on tensors: AutoGraph would rewrite these
+# functions for nothing, on every learner's first trace (docs/measurements.md).
+_NOT_CONVERTED = tf.autograph.experimental.do_not_convert
+
 
 class FusedAdam(tf.keras.optimizers.Adam):  # pylint: disable=abstract-method
     """Keras 2 Adam whose dense update is TF's fused ``ResourceApplyAdam`` kernel.
@@ -31,6 +35,7 @@ class FusedAdam(tf.keras.optimizers.Adam):  # pylint: disable=abstract-method
             epsilon=tf.cast(self.epsilon, dtype), grad=gradient)
 
 
+@_NOT_CONVERTED
 def apply_gradients_cross_replica(optimizer: tf.keras.optimizers.Optimizer,
                                   strategy: tf.distribute.Strategy, grads_and_vars) -> tf.Tensor:
     """``optimizer.apply_gradients(..., skip_gradients_aggregation=True)`` from cross-replica context.

@@ -24,3 +24,20 @@ def test_the_baseline_gets_its_medians_and_the_gap_of_each_round():
     assert base["rounds_this_faster"] == 2
     assert base["milestones_s"]["first_learner_step"] == pytest.approx(13.0)  # median of 13, 11, 15
     assert startup.baseline_report([_run("this", 0, 10.0)]) is None
+
+
+def _parts(first_call):
+    return {"python alone": 0.1, "local ray start (cluster.connect)": 2.0, "tensorflow + reverb": 3.0,
+            "rlplat learner worker": 0.5, startup.FIRST_CALL_PARTS["build_s"]: 1.0,
+            startup.FIRST_CALL_PARTS["first_call_s"]: first_call}
+
+
+def test_the_floor_takes_the_first_call_or_the_warm_up_whichever_is_longer():
+    runs = [dict(_run("this", r, 12.0), env_steps_per_s=500.0, min_replay_size=1000) for r in range(3)]
+    # Warm-up: 1000 env steps at 500/s = 2 s; the first call takes 2.5 s, so it is the one on the path.
+    slow_call = startup.report(_parts(2.5), runs)
+    assert slow_call["floor_s"]["learner's first call (replay warm-up beside it)"] == pytest.approx(2.5)
+    assert slow_call["floor_total_s"] == pytest.approx(2.1 + 3.6 + 1.0 + 2.5)
+    fast_call = startup.report(_parts(1.5), runs)
+    assert fast_call["floor_s"]["replay warm-up: 1000 env steps at 500/s"] == pytest.approx(2.0)
+    assert fast_call["floor_total_s"] == pytest.approx(2.1 + 3.6 + 1.0 + 2.0)

@@ -128,7 +128,7 @@ def test_bench_index_is_generated_from_the_current_results_and_lists_every_bench
         assert f.read() == bench_index.render(), "bench/README.md is stale: run python bench/bench_index.py"
     # A bench is a module that writes a result: every one is indexed (helpers are not benches).
     helpers = {"bench_index", "learning_table", "seeds", "cpu_accounting", "learner_precision",
-               "learner_roofline_torch", "throughput_kit", "throughput_report", "cli_runs"}
+               "learner_roofline_torch", "throughput_kit", "throughput_report", "cli_runs", "first_call"}
     modules = {os.path.splitext(os.path.basename(p))[0] for p in glob.glob(os.path.join(bench, "*.py"))}
     assert modules - helpers == set(bench_index.BENCHES)
 
