@@ -66,7 +66,8 @@ def precision_field(bf16_parity: bool) -> Any:
     """
     from rlplat import precision  # pylint: disable=g-import-not-at-top  (no TF; avoids an import cycle)
 
-    return dataclasses.field(default="fp32", metadata={"help": precision.FLAG_HELP, "bf16_parity": bool(bf16_parity)})
+    text = precision.FLAG_HELP if bf16_parity else precision.FLAG_HELP_NO_PARITY  # --help tells what auto does
+    return dataclasses.field(default="fp32", metadata={"help": text, "bf16_parity": bool(bf16_parity)})
 
 
 def check_precision(config: Any) -> None:

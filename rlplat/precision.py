@@ -29,9 +29,12 @@ import dataclasses
 from typing import Any, Optional
 
 PRECISIONS = ("auto", "fp32", "bf16")
+_FLAG_CHOICES = ("learner arithmetic: fp32, bf16 (mixed: bfloat16 matrix products; float32 weights, activations, "
+                 "optimizer and losses) or auto")
 #: The help text of each agent's ``precision`` field (its ``--precision`` flag).
-FLAG_HELP = ("learner arithmetic: fp32, bf16 (mixed: bfloat16 matmuls and activations, float32 weights, "
-             "optimizer and losses) or auto (bf16 on a CPU with bfloat16 instructions, else fp32)")
+FLAG_HELP = _FLAG_CHOICES + " (bf16 on a CPU with bfloat16 instructions, else fp32)"
+#: The same for an agent that declares no bf16 parity, whose ``auto`` is always fp32 (``resolve``).
+FLAG_HELP_NO_PARITY = _FLAG_CHOICES + " (fp32: this agent's bf16 parity is not shown)"
 # /proc/cpuinfo flags that mean native bfloat16 arithmetic (AVX-512 BF16 dot products, AMX tiles).
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 _CPUINFO = "/proc/cpuinfo"

@@ -8,6 +8,10 @@ noise for a step is drawn for the whole global batch from a stateless seed
 (the config's seed and the step) and each replica takes its own rows, as the
 input pipeline gives each replica its rows of the global batch of digits:
 one replica or several train alike.
+
+Precision (``rlplat.precision``): the learner resolves ``config.precision``
+and builds both networks for it (``networks``: the wide products in
+bfloat16 under bf16); the losses, spectral norm's sigma and Adam stay float32.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import tensorflow as tf
 
 from rlplat_agents.gan import networks
 from rlplat_agents.gan.config import GANConfig
+from rlplat import precision as precision_lib
 from rlplat import replication
 
 
@@ -33,16 +38,23 @@ def hinge_losses(real_scores: tf.Tensor, fake_scores: tf.Tensor, generated_score
 
 
 class GANLearner:
-    """Generator, discriminator, two Adam optimizers and the step counter, under one Replicator."""
+    """Generator, discriminator, two Adam optimizers and the step counter, under one Replicator.
+
+    ``precision`` is what ``config.precision`` resolved to here (``rlplat.precision.Resolved``).
+    """
 
     def __init__(self, config: GANConfig, replicator: replication.Replicator):
         config.check_replicas(replicator.num_replicas)
         self._config = config
         self._repl = replicator
+        self.precision = precision_lib.resolve(config.precision, bf16_parity=precision_lib.bf16_parity(config),
+                                               gpu=replicator.uses_gpus)
+        arithmetic = self.precision.precision
         with replicator.scope():
-            self.generator = networks.make_generator(config.noise_dim, config.generator_sizes, config.seed)
+            self.generator = networks.make_generator(config.noise_dim, config.generator_sizes, config.seed,
+                                                     arithmetic)
             self.discriminator = networks.make_discriminator(config.discriminator_sizes, config.spectral_norm,
-                                                             config.seed + 1000)
+                                                             config.seed + 1000, arithmetic)
             self.generator_optimizer = tf.keras.optimizers.Adam(config.generator_learning_rate, beta_1=0.5)
             self.discriminator_optimizer = tf.keras.optimizers.Adam(config.discriminator_learning_rate,
                                                                     beta_1=0.5)
@@ -74,24 +86,34 @@ class GANLearner:
         """One discriminator update, then one generator update, on this replica's digits."""
         real = batch[0] * 2.0 - 1.0  # digits come in [0, 1]; the generator's tanh gives [-1, 1]
         noise = self._noise(tf.shape(real)[0])
-        d_vars = self.discriminator.trainable_variables
+        d_loss, d_grads, real_scores, fake_scores = self._discriminator_loss_and_grads(real, noise)
+        d_grads = replication.all_reduce(d_grads, "mean")
+        self.discriminator_optimizer.apply_gradients(zip(d_grads, self.discriminator.trainable_variables),
+                                                     skip_gradients_aggregation=True)
+        g_loss, g_grads = self._generator_loss_and_grads(noise, real_scores, fake_scores)
+        g_grads = replication.all_reduce(g_grads, "mean")
+        self.generator_optimizer.apply_gradients(zip(g_grads, self.generator.trainable_variables),
+                                                 skip_gradients_aggregation=True)
+        self.step_counter.assign_add(1)
+        return {"discriminator_loss": d_loss, "generator_loss": g_loss,
+                "real_score": tf.reduce_mean(real_scores), "fake_score": tf.reduce_mean(fake_scores)}
+
+    def _discriminator_loss_and_grads(self, real: tf.Tensor, noise: tf.Tensor):
+        """This replica's discriminator loss and gradients (not reduced), real and fake scores; a training call
+        (spectral norm keeps one more power iteration)."""
         with tf.GradientTape() as tape:
             fake = self.generator(noise, training=True)
             real_scores = self.discriminator(real, training=True)
             fake_scores = self.discriminator(fake, training=True)
             d_loss, _ = hinge_losses(real_scores, fake_scores, fake_scores)
-        d_grads = replication.all_reduce(tape.gradient(d_loss, d_vars), "mean")
-        self.discriminator_optimizer.apply_gradients(zip(d_grads, d_vars), skip_gradients_aggregation=True)
+        return d_loss, tape.gradient(d_loss, self.discriminator.trainable_variables), real_scores, fake_scores
 
-        g_vars = self.generator.trainable_variables
+    def _generator_loss_and_grads(self, noise: tf.Tensor, real_scores: tf.Tensor, fake_scores: tf.Tensor):
+        """This replica's generator loss and gradients (not reduced), through the discriminator as it is now."""
         with tf.GradientTape() as tape:
             generated_scores = self.discriminator(self.generator(noise, training=True), training=False)
             _, g_loss = hinge_losses(real_scores, fake_scores, generated_scores)
-        g_grads = replication.all_reduce(tape.gradient(g_loss, g_vars), "mean")
-        self.generator_optimizer.apply_gradients(zip(g_grads, g_vars), skip_gradients_aggregation=True)
-        self.step_counter.assign_add(1)
-        return {"discriminator_loss": d_loss, "generator_loss": g_loss,
-                "real_score": tf.reduce_mean(real_scores), "fake_score": tf.reduce_mean(fake_scores)}
+        return g_loss, tape.gradient(g_loss, self.generator.trainable_variables)
 
     def train(self, iterator: Iterator, num_steps: int) -> Dict[str, float]:
         """``num_steps`` steps in one ``tf.function`` call; the last step's metrics over replicas."""

@@ -20,6 +20,7 @@ from rlplat_agents.gan import learning
 from rlplat_agents.gan.config import GANConfig
 from rlplat_agents.supervised import data
 from rlplat import controller
+from rlplat import precision
 from rlplat import replication
 from rlplat import run_dir
 from rlplat.utils import checkpointing
@@ -55,8 +56,10 @@ def train(config: GANConfig, num_replicas: Optional[int], logdir: str, resume: b
     restore_step = run_dir.start_step(logdir, resume)
     start_step = 0 if restore_step is None else checkpointer.restore(restore_step)
     if repl.is_chief:
+        print(learner.precision.line(precision.agent_label(config)), flush=True)  # as the RL runs print it
         run_info.write_run_info(logdir, config.to_dict(), extra={
-            "num_replicas": repl.num_replicas, "resumed_from_step": start_step if resume else None})
+            "num_replicas": repl.num_replicas, "resumed_from_step": start_step if resume else None,
+            "precision": learner.precision.to_dict()})
     _, held_out = data.load_splits(config.seed, config.held_out_fraction)
     held_out_x = held_out.x.reshape(-1, 8, 8)
     bandwidth = _bandwidth(held_out_x)

@@ -12,6 +12,10 @@ loss (replica mean) or gradient norm is NaN/Inf is not applied, nor is any
 later one of the call; batch norm's moving statistics, which the forward pass
 updates before the loss is known, are put back too. ``train`` then raises
 ``FloatingPointError`` naming the step; the model is that of the step before.
+
+Precision (``rlplat.precision``): the learner resolves ``config.precision``
+and builds the classifier's Dense layers for it (``networks.make_classifier``);
+the loss, batch norm, the gradients' reductions and Adam stay float32.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import tensorflow as tf
 from rlplat_agents.supervised import data
 from rlplat_agents.supervised import networks
 from rlplat_agents.supervised.config import SupervisedConfig
+from rlplat import precision as precision_lib
 from rlplat import replication
 from rlplat.utils import nonfinite
 from rlplat.utils.optimizers import apply_gradients_cross_replica
@@ -35,15 +40,19 @@ class SupervisedLearner:
       model: the Keras classifier (variables mirrored over the replicas).
       optimizer: Adam; its ``iterations`` equals ``step`` after every call.
       step_counter: int64 variable, the number of gradient steps taken.
+      precision: what ``config.precision`` resolved to here (``rlplat.precision.Resolved``).
     """
 
     def __init__(self, config: SupervisedConfig, replicator: replication.Replicator):
         config.check_replicas(replicator.num_replicas)
         self._config = config
         self._repl = replicator
+        self.precision = precision_lib.resolve(config.precision, bf16_parity=precision_lib.bf16_parity(config),
+                                               gpu=replicator.uses_gpus)
         with replicator.scope():
             self.model = networks.make_classifier(
-                config.hidden_sizes, config.synchronized_batch_norm, seed=config.seed)
+                config.hidden_sizes, config.synchronized_batch_norm, seed=config.seed,
+                precision=self.precision.precision)
             self.optimizer = tf.keras.optimizers.Adam(config.learning_rate)
             # Slots exist before any restore, so a checkpoint loads at once
             # instead of waiting for the first step (deferred restoration).
@@ -64,19 +73,24 @@ class SupervisedLearner:
         # replica's copies) before the loss is known: keep them to put back.
         statistics = self.model.non_trainable_variables
         before = [v.read_value() for v in statistics]
+        loss, logits, grads = self._loss_and_grads(x, y)
+        grads, mean_loss = replication.all_reduce([grads, loss], "mean")
+        applied = self._guard.apply_if_finite([mean_loss, tf.linalg.global_norm(grads)],
+                                              self.step_counter, self._apply, grads)
+        for variable, value in zip(statistics, before):
+            variable.assign(tf.where(applied, variable.read_value(), value))
+        return {"loss": loss, "accuracy": _accuracy(logits, y)}
+
+    def _loss_and_grads(self, x: tf.Tensor, y: tf.Tensor):
+        """This replica's mean loss, logits and gradients (not reduced over replicas); moves batch norm's
+        moving statistics."""
         with tf.GradientTape() as tape:
             logits = self.model(x, training=True)
             # Per-replica MEAN loss: with equal per-replica batches the mean of
             # these over replicas is the mean over the global batch.
             loss = tf.reduce_mean(tf.keras.losses.sparse_categorical_crossentropy(
                 y, logits, from_logits=True))
-        variables = self.model.trainable_variables
-        grads, mean_loss = replication.all_reduce([tape.gradient(loss, variables), loss], "mean")
-        applied = self._guard.apply_if_finite([mean_loss, tf.linalg.global_norm(grads)],
-                                              self.step_counter, self._apply, grads)
-        for variable, value in zip(statistics, before):
-            variable.assign(tf.where(applied, variable.read_value(), value))
-        return {"loss": loss, "accuracy": _accuracy(logits, y)}
+        return loss, logits, tape.gradient(loss, self.model.trainable_variables)
 
     def _apply(self, strategy, grads) -> None:
         """The update, in cross-replica context; the NaN guard runs it only when all is finite."""

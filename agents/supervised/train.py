@@ -30,6 +30,7 @@ from rlplat_agents.supervised import data
 from rlplat_agents.supervised import learning
 from rlplat_agents.supervised.config import SupervisedConfig
 from rlplat import controller
+from rlplat import precision
 from rlplat import replication
 from rlplat import run_dir
 from rlplat.utils import checkpointing
@@ -70,8 +71,10 @@ def train(config: SupervisedConfig, num_replicas: Optional[int], logdir: str,
             raise RuntimeError(f"checkpoint ckpt-{start_step} holds step {learner.step}; the run "
                                "directory is damaged")
     if repl.is_chief:
+        print(learner.precision.line(precision.agent_label(config)), flush=True)  # as the RL runs print it
         run_info.write_run_info(logdir, config.to_dict(), extra={
-            "num_replicas": repl.num_replicas, "resumed_from_step": start_step if resume else None})
+            "num_replicas": repl.num_replicas, "resumed_from_step": start_step if resume else None,
+            "precision": learner.precision.to_dict()})
 
     def make_logger(role: str) -> loggers.MetricsLogger:
         # Only the chief writes; the other workers log nowhere.

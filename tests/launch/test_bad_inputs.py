@@ -155,6 +155,8 @@ CASES = [
     ("bad-precision", [*D4PG, "--precision", "fp16"], ["--precision auto, fp32 or bf16"]),
     ("ddpg-bad-precision", ["train", "ddpg", "--precision", "float32"], ["--precision auto, fp32 or bf16"]),
     ("impala-bad-precision", [*IMPALA, "--precision", "BF16"], ["--precision auto, fp32 or bf16"]),
+    ("supervised-bad-precision", ["train", "supervised", "--precision", "fp16"], ["--precision auto, fp32 or bf16"]),
+    ("gan-bad-precision", ["train", "gan", "--precision", "half"], ["--precision auto, fp32 or bf16"]),
     ("unknown-flag", [*D4PG, "--no-such-flag"], ["--no-such-flag"]),
     ("impala-bad-core", [*IMPALA, "--core", "gru"], ["--core mlp or --core lstm"]),
     ("impala-negative-lag", [*IMPALA, "--max-policy-lag", "-1"], ["--max-policy-lag"]),
