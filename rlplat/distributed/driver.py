@@ -88,7 +88,6 @@ class Driver:
                 self.loop.stop_reason = "max_actor_steps"
                 self.console.message(f"run already has {self.counts.actor_steps:,} actor steps "
                                      f"(--max-actor-steps {self.experiment.max_actor_steps:,}); nothing to do")
-                self.workers.report_placement()
             else:
                 self.loop.run()
             mark = time.monotonic()

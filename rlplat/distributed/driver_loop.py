@@ -100,9 +100,6 @@ class ControlLoop(ActorCare, ReplayWatch):
         self.learn_rate.update(self.counts.learner_steps, now)
         self._submit_train()
         self._tend_actors()
-        # Read now that the learner and the actors have their first calls: the slowest
-        # worker's set-up (often the evaluator's) no longer delays the first step.
-        self.workers.report_placement()
         stop_event = self.stop_event
         self.controller.run(self, None if stop_event is None else stop_event.is_set)
         self.stop_reason = self.controller.stop_reason

@@ -17,7 +17,7 @@ already failed then). The ``LearnerGroup`` actor coordinating them holds no
 resources and is pinned next to the chief (role ``"learner_group"``), since
 it forwards every weight pull to the chief.
 
-``locate(ask(named_handles), nodes, timeout_s)`` asks each live worker for its
+``locate(named_handles, nodes, timeout_s)`` asks each live worker for its
 node and returns one record per worker; ``describe`` makes console lines of
 it. The driver prints them at start and stores them in ``run_info.json``.
 """
@@ -63,21 +63,10 @@ def _where_am_i(_worker) -> Dict[str, Any]:
             "tensorflow": "tensorflow" in sys.modules}
 
 
-def ask(named_handles: Sequence[Tuple[str, Any]]) -> Dict[str, Any]:
-    """``{name: ref}``: each worker's ``_where_am_i`` call, queued behind its ``__init__`` (for ``locate``).
-
-    Asked as the workers start, each call runs between the worker's
-    ``__init__`` and its first task, so the answer (``tensorflow`` above all)
-    describes the worker as built, before it ran anything.
-    """
-    return {name: handle.__ray_call__.remote(_where_am_i) for name, handle in named_handles
-            if handle is not None}
-
-
-def locate(asked: Dict[str, Any], nodes: Sequence[resources.NodeInfo],
+def locate(named_handles: Sequence[Tuple[str, Any]], nodes: Sequence[resources.NodeInfo],
            timeout_s: float, wait: Optional[Callable[..., Any]] = None
            ) -> Dict[str, Optional[Dict[str, Any]]]:
-    """``{name: {"node_id", "node_ip", "custom_resources", "pid", "tensorflow"}}`` for each worker ``ask``ed.
+    """``{name: {"node_id", "node_ip", "custom_resources", "pid", "tensorflow"}}`` for each worker.
 
     Each worker runs ``_where_am_i`` through Ray's ``__ray_call__`` (after its
     ``__init__``, on the live process). A worker that does not answer within
@@ -85,7 +74,8 @@ def locate(asked: Dict[str, Any], nodes: Sequence[resources.NodeInfo],
     up or fails a run. ``wait(refs, num_returns, timeout_s)`` replaces
     ``ray.wait`` (the driver's waits in slices, to act on signals).
     """
-    refs = dict(asked)
+    refs = {name: handle.__ray_call__.remote(_where_am_i) for name, handle in named_handles
+            if handle is not None}
     if wait is None:
         done, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
     else:

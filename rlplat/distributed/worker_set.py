@@ -72,8 +72,6 @@ class WorkerSet:
         self.evaluator = None
         self.slots: List[ActorSlot] = []
         self.node_placement: Optional[Dict[str, Any]] = None
-        self._placement_asked: Optional[Dict[str, Any]] = None  # placement.ask's refs, until reported
-        self._placement_members: List[Any] = []
         self._actor_cls: Any = None
 
     # ---------------------------------------------------------------- start
@@ -192,7 +190,7 @@ class WorkerSet:
             self.console.message("--debug-eager: learner steps run eagerly (slow); a breakpoint() in "
                                  "the step function waits for `ray debug` (run it in another terminal)")
         self.replay_restore = self.replay_restore or ready.get("replay_restore")
-        self._ask_placement()
+        self._report_placement()
         return ready
 
     def _warn_if_shared(self, what: str) -> None:
@@ -238,32 +236,21 @@ class WorkerSet:
                                       weights_per_node=layout.weights_per_node,
                                       weight_relay=layout.weight_relay)
 
-    def _ask_placement(self) -> None:
-        """Queues each worker's placement question behind its ``__init__``; ``report_placement`` reads them.
-
-        The answers are not waited for here: the first learner step and the
-        actors' first chunks must not wait on the slowest worker's set-up.
-        """
-        self._placement_members = self._learner_group_members()
-        members = self._placement_members
-        named = [("learner group" if members else "learner", self.learner), ("replay", self.replay)]
-        named += [(f"replay shard {i}", handle) for i, handle in enumerate(self.replay_shards[1:], 1)]
-        named += [(f"learner worker {i}", handle) for i, handle in enumerate(members)]
-        named += [("evaluator", self.evaluator)] + [(f"actor {s.index}", s.handle) for s in self.slots]
-        self._placement_asked = placement.ask(named)
-
-    def report_placement(self) -> None:
-        """Prints the node each worker landed on; records it in run_info.json (once, after ``await_ready``).
+    def _report_placement(self) -> None:
+        """Prints the node each worker landed on; records it in run_info.json.
 
         With a learner group, each learner worker (process) gets its own
         record and line, ``learner worker <i>`` with ``worker_index`` and
         ``is_chief``; ``learner group`` is the coordinating actor.
         """
-        if self._placement_asked is None or self.node_placement is not None:
-            return
-        self.node_placement = placement.locate(self._placement_asked, self.nodes, self.layout.call_timeout_s,
+        members = self._learner_group_members()
+        named = [("learner group" if members else "learner", self.learner), ("replay", self.replay)]
+        named += [(f"replay shard {i}", handle) for i, handle in enumerate(self.replay_shards[1:], 1)]
+        named += [(f"learner worker {i}", handle) for i, handle in enumerate(members)]
+        named += [("evaluator", self.evaluator)] + [(f"actor {s.index}", s.handle) for s in self.slots]
+        self.node_placement = placement.locate(named, self.nodes, self.layout.call_timeout_s,
                                                wait=self.calls.wait)
-        for i in range(len(self._placement_members)):
+        for i in range(len(members)):
             where = self.node_placement.get(f"learner worker {i}")
             self.node_placement[f"learner worker {i}"] = where and {**where, "worker_index": i,
                                                                      "is_chief": i == 0}
