@@ -145,12 +145,28 @@ def forward(ops: Sequence[Op], x: np.ndarray, state: Optional[np.ndarray] = None
     return x.astype(np.float32, copy=False), next_state
 
 
+_NOT_LOADED = "this policy was pickled before it had weights: load() the served weights first"
+
+
+class _Shape:
+    """What a pickled template keeps of an array it held: its shape (``NumpyForward.__getstate__``)."""
+
+    def __init__(self, shape: Tuple[int, ...]):
+        self.shape = tuple(shape)
+
+
 class NumpyForward:
     """Runs an exported op list on one observation at a time; weights replaced by ``load``.
 
     Args:
       template: ops from ``export_layers``; they fix the structure and the
         shapes (their weights are the initial ones).
+
+    Pickled before any ``load``, it keeps the template's shapes but not its
+    initial weights, which an actor replaces with served ones before it acts
+    (``core.WeightPuller``): an actor the learner builds for another node
+    then crosses the network without a copy of the policy's arrays. Such a
+    copy must ``load`` weights before it runs.
     """
 
     def __init__(self, template: Sequence[Op]):
@@ -161,9 +177,19 @@ class NumpyForward:
         self.output_size = int(last["b"].shape[0] if last["op"] == "dense" else last["recurrent"].shape[0])
         self._ops: List[tuple] = []
         self.load([a for op in self._template for a in op_arrays(op)])
+        self._served = False  # still the template's initial weights
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        if not self._served:
+            state["_template"] = [{k: _Shape(v.shape) if k in _ARRAY_KEYS[op["op"]] else v for k, v in op.items()}
+                                  for op in self._template]
+            state["_ops"] = None
+        return state
 
     def load(self, arrays: Sequence[np.ndarray]) -> None:
         """Takes the weights in ``op_arrays`` order (the served variables' order)."""
+        self._served = True
         if len(arrays) != self.num_arrays:
             raise ValueError(f"policy weights: got {len(arrays)} arrays, the network has {self.num_arrays}; "
                              "actor and learner were built from different configs")
@@ -205,6 +231,8 @@ class NumpyForward:
         """
         x = np.asarray(observations, np.float32).reshape(len(observations), -1)
         states, offset = [], 0
+        if self._ops is None:
+            raise RuntimeError(_NOT_LOADED)
         for op in self._ops:
             kind = op[0]
             if kind == "dense":
@@ -241,6 +269,8 @@ class NumpyForward:
         # elu(x) == max(x, expm1(min(x, 0))) because expm1(x) >= x.
         x = np.asarray(observation, np.float32).reshape(-1)
         states, offset = [], 0
+        if self._ops is None:
+            raise RuntimeError(_NOT_LOADED)
         for op in self._ops:
             kind = op[0]
             if kind == "dense":

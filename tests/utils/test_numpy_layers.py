@@ -103,3 +103,28 @@ def test_unbuilt_unknown_and_unsupported_layers_are_refused():
     softplus(tf.zeros((1, OBS)))
     with pytest.raises(ValueError, match="softplus"):
         numpy_layers.export_layers([softplus])
+
+
+def test_a_policy_pickled_before_it_has_weights_crosses_without_them_and_runs_once_loaded():
+    """An actor built for another process is pickled with its policy: the template's initial weights are not
+    shipped (the receiver pulls served ones before acting); weights loaded before pickling are."""
+    model = tf.keras.Sequential([tf.keras.layers.Dense(256, activation="relu"), tf.keras.layers.Dense(3)])
+    model(tf.zeros((1, OBS)))
+    policy = numpy_layers.NumpyForward(numpy_layers.export_layers(model.layers))
+    weights_bytes = sum(v.numpy().nbytes for v in model.weights)
+    shipped = pickle.dumps(policy)
+    assert len(shipped) < weights_bytes / 4, len(shipped)
+    copy = pickle.loads(shipped)
+    obs = np.random.default_rng(3).normal(0, 1, OBS).astype(np.float32)
+    with pytest.raises(RuntimeError, match="load"):
+        copy(obs)
+    _randomise(model.layers, seed=4)
+    served = [v.numpy() for v in model.weights]  # kernel, bias, kernel, bias: the op_arrays order
+    with pytest.raises(ValueError, match="shape"):
+        copy.load([served[0].T, *served[1:]])
+    copy.load(served)
+    np.testing.assert_allclose(copy(obs), model(obs[None]).numpy()[0], rtol=1e-5, atol=1e-5)
+    # Once it holds served weights, a pickled copy keeps them.
+    again = pickle.loads(pickle.dumps(copy))
+    assert len(pickle.dumps(copy)) > weights_bytes
+    np.testing.assert_allclose(again(obs), copy(obs))
