@@ -61,3 +61,24 @@ def assert_weights_close(fp32: Sequence[np.ndarray], bf16: Sequence[np.ndarray],
         assert diff.max() <= 2 * lr * steps * 1.01, (i, float(diff.max()))
         assert diff.mean() < lr * steps / 4, (i, float(diff.mean()))
     print(f"after {steps} steps: max |w_bf16 - w_fp32| {worst:.2e}, worst per-variable mean {mean:.2e} (lr {lr})")
+
+
+# /proc/cpuinfo text of a CPU with bfloat16 instructions, for ``precision.resolve``.
+BF16_CPUINFO = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 amx_bf16\n"
+
+
+def assert_auto_stays_fp32_without_parity(config_class) -> None:
+    """An agent that declares no bf16 parity: ``auto`` is fp32 even on a bfloat16 CPU, and says why;
+    a bad value is refused in one line."""
+    import pytest  # pylint: disable=g-import-not-at-top
+
+    from rlplat import precision  # pylint: disable=g-import-not-at-top
+
+    config = config_class(precision="auto")
+    assert not precision.bf16_parity(config)
+    got = precision.resolve(config.precision, bf16_parity=precision.bf16_parity(config), cpuinfo=BF16_CPUINFO)
+    assert got.precision == "fp32" and "parity" in got.reason, got
+    assert "parity" in got.line(precision.agent_label(config))
+    with pytest.raises(ValueError, match=r"^precision must be one of auto, fp32, bf16 \(got 'fp16'\)") as error:
+        config_class(precision="fp16")
+    assert "\n" not in str(error.value)

@@ -18,7 +18,7 @@ import tensorflow as tf
 from rlplat_agents.gan import learning
 from rlplat_agents.gan.config import GANConfig
 from rlplat_agents.supervised import data
-from rlplat import precision, replication
+from rlplat import replication
 from rlplat.utils import checkpointing
 
 from checkpoint_state import checkpointed_state
@@ -26,7 +26,6 @@ import precision_parity as parity
 
 LR, STEPS, BATCH, LOSS_ATOL = 2e-4, 4, 64, 1e-3
 # /proc/cpuinfo of a CPU with bfloat16 instructions: there ``auto`` would pick bf16 for an agent with parity.
-BF16_CPUINFO = "processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 amx_bf16\n"
 
 
 def _learner(precision_name, **changes):
@@ -84,14 +83,7 @@ def test_bf16_step_matches_fp32_on_a_fixed_batch(spectral_norm):
 
 
 def test_auto_stays_fp32_because_no_parity_is_declared():
-    config = GANConfig(precision="auto")
-    assert not precision.bf16_parity(config)
-    got = precision.resolve(config.precision, bf16_parity=precision.bf16_parity(config), cpuinfo=BF16_CPUINFO)
-    assert got.precision == "fp32" and "parity" in got.reason, got
-    assert "parity" in got.line(precision.agent_label(config))
-    with pytest.raises(ValueError, match=r"^precision must be one of auto, fp32, bf16 \(got 'fp16'\)") as error:
-        GANConfig(precision="fp16")
-    assert "\n" not in str(error.value)
+    parity.assert_auto_stays_fp32_without_parity(GANConfig)
 
 
 def test_a_non_finite_bf16_step_stops_training():
