@@ -126,6 +126,8 @@ def _published(score) -> str:
 
 
 def _ratio(score) -> str:
+    if score is not None and score.get("published_fails_task"):
+        return "- (published fails the task)"
     if score is None or score.get("ratio") is None:
         return "-"
     mark = " ✓" if score.get("meets_target") else ""
@@ -165,7 +167,8 @@ def suite_section(path: str) -> List[str]:
              "(± std, seeds counted in brackets) of each run's mean of its last 3 evaluations at "
              "or before S. Env steps are simulator steps, as CURL counts them; rlplat's defaults "
              "use no action repeat, so one agent step is one env step. A ratio marked ✓ is at "
-             "least 0.9. Wall time includes start-up.", "",
+             "least 0.9. A published mean below 10 (of the suite's 1,000) is an agent that failed "
+             "the task: no ratio or 0.9x bar is taken to it. Wall time includes start-up.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     sources: List[str] = []
     for variant, tasks in sorted(report.get("variants", {}).items()):

@@ -62,6 +62,19 @@ def test_frontier_tasks_use_the_weaker_source_and_unknown_tasks_none():
     assert summary["bar"] is None and summary["scores"]["500000"]["ratio"] is None
 
 
+def test_a_published_score_of_an_agent_that_failed_the_task_gets_no_ratio_or_bar():
+    # hopper:stand's published state SAC is 0.8 of 1,000: 0.9x that is no bar, and 600/0.8 no ratio.
+    summary = d4pg_suite.task_summary("hopper:stand", [_record(0, [600] * 25, task="hopper:stand")])
+    s500 = summary["scores"]["500000"]
+    assert s500["published_mean"] == 0.8 and s500["mean"] == 600.0
+    assert s500["ratio"] is None and s500["meets_target"] is None and s500["published_fails_task"]
+    assert summary["bar"] is None and summary["per_seed"][0]["steps_to_bar"] is None
+    assert learning_table._ratio(s500) == "- (published fails the task)"  # pylint: disable=protected-access
+    walker = d4pg_suite.task_summary("walker:run", [_record(0, [600] * 25, task="walker:run")])
+    assert walker["scores"]["500000"]["ratio"] == pytest.approx(600 / 604.1)
+    assert not walker["scores"]["500000"]["published_fails_task"]
+
+
 def test_report_and_table_come_from_the_records(tmp_path):
     out = str(tmp_path)
     for seed, final in ((0, 900), (1, 880)):
