@@ -3,27 +3,22 @@
 The bad-input cases use hand-made run directories (config.json, run_info.json,
 empty ``ckpt-N.index`` files): each must be refused with one line and exit 2
 before TensorFlow is imported (a stand-in ``tensorflow`` that fails on import
-is first on the path). The end-to-end case trains a real, tiny D4PG run.
+is first on the path). The end-to-end case, on a real, tiny D4PG run (its
+checkpointed policy restored alone, acting greedily, on video), lives in
+test_export.py, beside the export round trip, so that one training run serves
+both (``test_eval_restores_the_checkpoints_policy_and_repeats_its_returns``).
 """
 
-import json
 import os
-import re
 
 import numpy as np
 import pytest
-from PIL import Image
 
 from cli_testlib import run_rlplat_as_user
 from rlplat import run_dir
 from rlplat.utils import run_info
 
 NO_TF = "stand-in tensorflow: a bad input must be refused before TensorFlow is imported"
-TINY_D4PG = ["train", "d4pg", "--env", "cartpole:swingup", "--max-actor-steps", "300",
-             "--num-actors", "1", "--policy-layer-sizes", "32,32", "--critic-layer-sizes", "32,32",
-             "--global-batch-size", "32", "--min-replay-size", "32", "--samples-per-insert", "1",
-             "--eval-episodes", "1"]
-RETURN_LINE = re.compile(r"^episode (\d+): return (-?[\d.]+) \((\d+) steps", re.MULTILINE)
 
 
 def _fake_run(logdir, env="cartpole:swingup", steps=(5, 10)):
@@ -88,83 +83,6 @@ def test_bad_input_is_one_line_exit_2_before_tensorflow(places, args, fragments)
         assert fragment in lines[0], (fragment, lines[0])
     assert seconds < 120, seconds  # never blocks; not a speed test (TensorFlow is checked above)
     assert not os.path.exists(os.path.join(places["base"], "out.gif"))
-
-
-# ------------------------------------------------------------------ end to end
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    """A real D4PG run (Ray, 1 actor, 300 env steps) with its final checkpoint."""
-    base = tmp_path_factory.mktemp("eval-run")
-    logdir = base / "run"
-    result, _ = run_rlplat_as_user(*TINY_D4PG, "--logdir", str(logdir), cwd=str(base), timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    # What a user's terminal shows: no TensorFlow start-up lines (the driver imports none).
-    assert "register cuDNN factory" not in result.stdout + result.stderr, result.stderr[-3000:]
-    with open(logdir / "run_info.json", encoding="utf-8") as f:
-        assert json.load(f)["driver_tensorflow"] is False
-    return str(logdir)
-
-
-def _returns(result):
-    assert result.returncode == 0, result.stderr[-3000:]
-    return [float(r) for _, r, _ in RETURN_LINE.findall(result.stdout)]
-
-
-def _policy_values_in_checkpoint(prefix):
-    """The ``policy/`` weights a D4PG checkpoint holds (not its optimizer slots, not the target)."""
-    import tensorflow as tf
-
-    reader = tf.train.load_checkpoint(prefix)
-    return [reader.get_tensor(name) for name, _ in tf.train.list_variables(prefix)
-            if name.startswith("policy/") and ".OPTIMIZER_SLOT" not in name
-            and name.endswith("/.ATTRIBUTES/VARIABLE_VALUE")]
-
-
-@pytest.mark.slow
-@pytest.mark.multiprocess
-def test_eval_restores_the_checkpoints_policy_and_repeats_its_returns(tiny_run, tmp_path):
-    from rlplat import evaluation
-    import rlplat_envs as envs
-
-    gif = str(tmp_path / "policy.gif")
-    first = run_rlplat_as_user("eval", "--logdir", tiny_run, "--episodes", "2", "--seed", "3",
-                               "--video", gif, "--video-size", "64x48", "--video-fps", "5",
-                               cwd=str(tmp_path), timeout=300)[0]
-    returns = _returns(first)
-    assert len(returns) == 2, first.stdout
-    assert re.search(r"^mean return -?[\d.]+ over 2 episode", first.stdout, re.MULTILINE)
-    # The video: every episode's frames (every 20th control step at 5 fps), at the asked size.
-    frames = int(re.search(r"video: .* \((\d+) frames, 64x48", first.stdout).group(1))
-    with Image.open(gif) as image:
-        assert image.size == (64, 48)
-        assert image.n_frames == frames == 2 * (1 + 1000 // 20)
-
-    # Same checkpoint (named this time) and seed, no video: the same returns.
-    record = evaluation.read_run(tiny_run)
-    step, prefix = record.checkpoint()
-    second = run_rlplat_as_user("eval", "--logdir", tiny_run, "--episodes", "2", "--seed", "3",
-                                "--checkpoint", str(step), cwd=str(tmp_path), timeout=300)[0]
-    np.testing.assert_allclose(_returns(second), returns, rtol=0, atol=1e-6)
-
-    # In this process: the weights served are the checkpoint's policy weights, exactly.
-    builder = evaluation.make_builder(record)
-    environment = envs.make_environment(record.env, seed=3, **record.env_kwargs)
-    try:
-        from rlplat import specs
-
-        spec = specs.make_environment_spec(environment)
-        source = evaluation.restore_policy(builder, spec, prefix, step)
-        stored = _policy_values_in_checkpoint(prefix)
-        assert len(stored) == len(source.arrays) == 8  # 3 dense (w, b) + layer norm (gamma, beta)
-        for array in source.arrays:
-            assert sum(s.shape == array.shape and np.array_equal(s, array) for s in stored) == 1
-        _, fresh = builder.make_policy_network(spec)
-        assert not all(np.array_equal(f.numpy(), a) for f, a in zip(fresh, source.arrays))
-        # And they act as the command said: the same two returns.
-        again = [s["episode_return"] for s in evaluation.run_episodes(builder, environment, source, 2, 3)]
-    finally:
-        environment.close()
-    np.testing.assert_allclose(again, returns, rtol=0, atol=5e-4)  # printed with 3 decimals
 
 
 def test_impala_policy_comes_back_from_a_learner_style_checkpoint(tmp_path):

@@ -10,6 +10,10 @@
 * DDPG and IMPALA (MLP; continuous and discrete; bounds other than [-1, 1]):
   hand-made checkpoints of runs, exported by the command, act on every
   observation of an evaluation episode as the evaluation actor does.
+* ``rlplat eval`` on the same run (its end-to-end case lives here so that one
+  training run serves both): the checkpoint's policy restored alone, acting
+  greedily, on video; the named checkpoint repeats the returns, and the
+  weights served are the checkpoint's policy weights, exactly.
 * Bad input: one line, exit 2, before TensorFlow is imported (a stand-in
   ``tensorflow`` that fails on import is first on the path); the bad-input
   matrix (test_bad_inputs.py) has the same cases against real runs.
@@ -17,11 +21,13 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from PIL import Image
 
 from cli_testlib import run_rlplat_as_user
 from rlplat import run_dir
@@ -36,6 +42,7 @@ TINY_D4PG = ["train", "d4pg", "--env", "cartpole:swingup", "--max-actor-steps", 
              "--global-batch-size", "32", "--min-replay-size", "32", "--samples-per-insert", "16",
              "--eval-episodes", "1"]
 SEED, EPISODES = 3, 2
+RETURN_LINE = re.compile(r"^episode (\d+): return (-?[\d.]+) \((\d+) steps", re.MULTILINE)
 
 
 def _fake_run(logdir, builder, agent, env="cartpole:swingup", steps=(5, 10)):
@@ -103,11 +110,15 @@ def test_bad_input_is_one_line_exit_2_before_tensorflow(places, args, fragments)
 # ------------------------------------------------------------ the round trip
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
-    """A real D4PG run (Ray, 1 actor, 2000 env steps) with its final checkpoint."""
+    """A real D4PG run (Ray, 1 actor, 2000 env steps) with its final checkpoint; export and eval share it."""
     base = tmp_path_factory.mktemp("export-run")
     logdir = base / "run"
     result, _ = run_rlplat_as_user(*TINY_D4PG, "--logdir", str(logdir), cwd=str(base), timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
+    # What a user's terminal shows: no TensorFlow start-up lines (the driver imports none).
+    assert "register cuDNN factory" not in result.stdout + result.stderr, result.stderr[-3000:]
+    with open(logdir / "run_info.json", encoding="utf-8") as f:
+        assert json.load(f)["driver_tensorflow"] is False
     return str(logdir)
 
 
@@ -236,6 +247,70 @@ def test_exported_policy_runs_evals_episodes_without_rlplat(tiny_run, tmp_path):
     np.testing.assert_allclose(cli_returns, eval_returns, rtol=0, atol=5e-4 + 1e-9)
     # A policy that only ever outputs ~0 would pass anything: this one uses its tanh's range.
     assert max(float(np.max(np.abs(a))) for a in eval_actions) > 0.5
+
+
+# ------------------------------------------------- rlplat eval on the same run
+def _returns(result):
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [float(r) for _, r, _ in RETURN_LINE.findall(result.stdout)]
+
+
+def _policy_values_in_checkpoint(prefix):
+    """The ``policy/`` weights a D4PG checkpoint holds (not its optimizer slots, not the target)."""
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(prefix)
+    return [reader.get_tensor(name) for name, _ in tf.train.list_variables(prefix)
+            if name.startswith("policy/") and ".OPTIMIZER_SLOT" not in name
+            and name.endswith("/.ATTRIBUTES/VARIABLE_VALUE")]
+
+
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_eval_restores_the_checkpoints_policy_and_repeats_its_returns(tiny_run, tmp_path):
+    """``rlplat eval`` (test_eval.py has its bad-input cases): a real run's checkpointed policy, on video."""
+    from rlplat import evaluation
+    import rlplat_envs as envs
+
+    gif = str(tmp_path / "policy.gif")
+    first = run_rlplat_as_user("eval", "--logdir", tiny_run, "--episodes", "2", "--seed", "3",
+                               "--video", gif, "--video-size", "64x48", "--video-fps", "5",
+                               cwd=str(tmp_path), timeout=300)[0]
+    returns = _returns(first)
+    assert len(returns) == 2, first.stdout
+    assert re.search(r"^mean return -?[\d.]+ over 2 episode", first.stdout, re.MULTILINE)
+    # The video: every episode's frames (every 20th control step at 5 fps), at the asked size.
+    frames = int(re.search(r"video: .* \((\d+) frames, 64x48", first.stdout).group(1))
+    with Image.open(gif) as image:
+        assert image.size == (64, 48)
+        assert image.n_frames == frames == 2 * (1 + 1000 // 20)
+
+    # Same checkpoint (named this time) and seed, no video: the same returns.
+    record = evaluation.read_run(tiny_run)
+    step, prefix = record.checkpoint()
+    second = run_rlplat_as_user("eval", "--logdir", tiny_run, "--episodes", "2", "--seed", "3",
+                                "--checkpoint", str(step), cwd=str(tmp_path), timeout=300)[0]
+    np.testing.assert_allclose(_returns(second), returns, rtol=0, atol=1e-6)
+
+    # In this process: the weights served are the checkpoint's policy weights, exactly.
+    builder = evaluation.make_builder(record)
+    environment = envs.make_environment(record.env, seed=3, **record.env_kwargs)
+    try:
+        from rlplat import specs
+
+        spec = specs.make_environment_spec(environment)
+        source = evaluation.restore_policy(builder, spec, prefix, step)
+        stored = _policy_values_in_checkpoint(prefix)
+        assert len(stored) == len(source.arrays) == 8  # 3 dense (w, b) + layer norm (gamma, beta)
+        for array in source.arrays:
+            assert sum(s.shape == array.shape and np.array_equal(s, array) for s in stored) == 1
+        _, fresh = builder.make_policy_network(spec)
+        assert not all(np.array_equal(f.numpy(), a) for f, a in zip(fresh, source.arrays))
+        # And they act as the command said: the same two returns.
+        again = [s["episode_return"] for s in evaluation.run_episodes(builder, environment, source, 2, 3)]
+    finally:
+        environment.close()
+    np.testing.assert_allclose(again, returns, rtol=0, atol=5e-4)  # printed with 3 decimals
 
 
 # ------------------------------------------------------ DDPG and IMPALA (MLP)
