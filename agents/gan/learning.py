@@ -9,6 +9,16 @@ noise for a step is drawn for the whole global batch from a stateless seed
 input pipeline gives each replica its rows of the global batch of digits:
 one replica or several train alike.
 
+NaN guard (``rlplat.utils.nonfinite``), as the other learners: each update
+is applied only when its replica-mean loss and its gradient norm are finite
+and no earlier update failed; after a failure every later update of the
+call is skipped and ``train`` raises one line. The two updates share one
+guard and check in turn, because the generator's loss needs the
+discriminator's new weights: when only the generator's values fail, the
+discriminator's update of that step stays applied. A skipped discriminator
+update also puts back the spectral-norm estimates its forward pass moved.
+Nothing non-finite ever reaches the weights or the optimizers.
+
 Precision (``rlplat.precision``): the learner resolves ``config.precision``
 and builds both networks for it (``networks``: the wide products in
 bfloat16 under bf16); the losses, spectral norm's sigma and Adam stay float32.
@@ -25,6 +35,10 @@ from rlplat_agents.gan import networks
 from rlplat_agents.gan.config import GANConfig
 from rlplat import precision as precision_lib
 from rlplat import replication
+from rlplat.utils import nonfinite
+from rlplat.utils.optimizers import apply_gradients_cross_replica
+
+_WATCHED = ("discriminator loss", "discriminator gradient", "generator loss", "generator gradient")
 
 
 def hinge_losses(real_scores: tf.Tensor, fake_scores: tf.Tensor, generated_scores: tf.Tensor):
@@ -63,6 +77,7 @@ class GANLearner:
             self.discriminator_optimizer.build(self.discriminator.trainable_variables)
             self.step_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="step",
                                             aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+            self._guard = nonfinite.NonFiniteGuard(_WATCHED)
 
     @property
     def step(self) -> int:
@@ -86,17 +101,33 @@ class GANLearner:
         """One discriminator update, then one generator update, on this replica's digits."""
         real = batch[0] * 2.0 - 1.0  # digits come in [0, 1]; the generator's tanh gives [-1, 1]
         noise = self._noise(tf.shape(real)[0])
+        # The discriminator's training calls move spectral norm's estimates before its loss is known.
+        estimates = self.discriminator.non_trainable_variables
+        before = [v.read_value() for v in estimates]
         d_loss, d_grads, real_scores, fake_scores = self._discriminator_loss_and_grads(real, noise)
-        d_grads = replication.all_reduce(d_grads, "mean")
-        self.discriminator_optimizer.apply_gradients(zip(d_grads, self.discriminator.trainable_variables),
-                                                     skip_gradients_aggregation=True)
+        d_grads, mean_d_loss = replication.all_reduce([d_grads, d_loss], "mean")
+        unchecked = tf.constant(0.0)  # the other update's values: checked in its own turn
+        applied = self._guard.apply_if_finite([mean_d_loss, tf.linalg.global_norm(d_grads), unchecked, unchecked],
+                                              self.step_counter, self._apply_discriminator, d_grads)
+        for variable, value in zip(estimates, before):
+            variable.assign(tf.where(applied, variable.read_value(), value))
         g_loss, g_grads = self._generator_loss_and_grads(noise, real_scores, fake_scores)
-        g_grads = replication.all_reduce(g_grads, "mean")
-        self.generator_optimizer.apply_gradients(zip(g_grads, self.generator.trainable_variables),
-                                                 skip_gradients_aggregation=True)
-        self.step_counter.assign_add(1)
+        g_grads, mean_g_loss = replication.all_reduce([g_grads, g_loss], "mean")
+        self._guard.apply_if_finite([unchecked, unchecked, mean_g_loss, tf.linalg.global_norm(g_grads)],
+                                    self.step_counter, self._apply_generator, g_grads)
         return {"discriminator_loss": d_loss, "generator_loss": g_loss,
                 "real_score": tf.reduce_mean(real_scores), "fake_score": tf.reduce_mean(fake_scores)}
+
+    def _apply_discriminator(self, strategy, grads) -> None:
+        """The discriminator's update, in cross-replica context; the NaN guard runs it only when finite."""
+        apply_gradients_cross_replica(self.discriminator_optimizer, strategy,
+                                      zip(grads, self.discriminator.trainable_variables))
+
+    def _apply_generator(self, strategy, grads) -> None:
+        """The generator's update and the step's count, in cross-replica context (guarded, as above)."""
+        apply_gradients_cross_replica(self.generator_optimizer, strategy,
+                                      zip(grads, self.generator.trainable_variables))
+        self.step_counter.assign_add(1)
 
     def _discriminator_loss_and_grads(self, real: tf.Tensor, noise: tf.Tensor):
         """This replica's discriminator loss and gradients (not reduced), real and fake scores; a training call
@@ -116,14 +147,25 @@ class GANLearner:
         return g_loss, tape.gradient(g_loss, self.generator.trainable_variables)
 
     def train(self, iterator: Iterator, num_steps: int) -> Dict[str, float]:
-        """``num_steps`` steps in one ``tf.function`` call; the last step's metrics over replicas."""
+        """``num_steps`` steps in one ``tf.function`` call; the last step's metrics over replicas.
+
+        Raises:
+          FloatingPointError: an update's loss or gradient was NaN/Inf; it and
+            the rest of the call were skipped (see the module doc).
+        """
         metrics = self._repl.run_steps(self.step_fn, iterator, num_steps)
-        out = {k: float(v) for k, v in metrics.items()}
-        bad = [k for k, v in out.items() if not np.isfinite(v)]
-        if bad:
-            raise FloatingPointError(f"GAN step {self.step}: {', '.join(bad)} is not finite; "
-                                     "lower the learning rates")
-        return out
+        self._raise_if_tripped()
+        return {k: float(v) for k, v in metrics.items()}
+
+    def _raise_if_tripped(self) -> None:
+        if not self._guard.tripped:
+            return
+        step, mask = int(self._guard.failed_step.numpy()), int(self._guard.failed_mask.numpy())
+        bad = [name for i, name in enumerate(_WATCHED) if mask >> i & 1]
+        kept = ("neither update was applied" if mask & 0b11 else
+                "the generator's update was not applied (the discriminator's, which its loss follows, was)")
+        raise FloatingPointError(f"GAN: non-finite {' and '.join(bad)} at learner step {step}; {kept}, and no "
+                                 "later one; lower the learning rates or check the data")
 
     def sample(self, num: int, seed: int = 12345) -> np.ndarray:
         """``num`` generated digits ``[num, 8, 8]`` in [0, 1], from fixed noise (comparable over time)."""

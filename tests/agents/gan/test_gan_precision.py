@@ -1,5 +1,5 @@
 """The GAN learner under ``precision="bf16"``: its step matches fp32's (``precision_parity``), ``auto`` stays
-fp32, the non-finite check, checkpoints across precisions.
+fp32, the NaN guard, checkpoints across precisions.
 
 The networks are the default widths (noise 16 -> 128 -> 128 -> 64 pixels;
 64 -> 128 -> 128 -> 1 score), on one batch of 64 digits. The generator's loss
@@ -86,15 +86,18 @@ def test_auto_stays_fp32_because_no_parity_is_declared():
     parity.assert_auto_stays_fp32_without_parity(GANConfig)
 
 
-def test_a_non_finite_bf16_step_stops_training():
-    # The GAN's check raises after the call (it does not skip the step, unlike the supervised NaN guard).
+def test_the_nan_guard_stops_a_bf16_step():
     learner = _learner("bf16")
     x = np.full((BATCH, data.NUM_FEATURES), np.nan, np.float32)
     bad = learner._repl.distribute(  # pylint: disable=protected-access
         lambda ctx: tf.data.Dataset.from_tensors((x, np.zeros((BATCH,), np.int32))).repeat())
-    with pytest.raises(FloatingPointError,
-                       match=r"^GAN step 1: discriminator_loss, .*is not finite; lower the learning rates$"):
+    before = [v.numpy() for v in _networks_variables(learner)]
+    with pytest.raises(FloatingPointError, match=r"^GAN: non-finite discriminator loss and discriminator gradient "
+                                                 r"at learner step 1; neither update was applied"):
         learner.train(bad, 1)
+    assert learner.step == 0
+    for want, got in zip(before, _networks_variables(learner)):
+        np.testing.assert_array_equal(got.numpy(), want)
 
 
 def _checkpointer(learner, directory):
