@@ -65,6 +65,7 @@ def _assert_same(want, got, names=None):
             np.testing.assert_array_equal(a, b, err_msg=name)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_replicas", [1, 2])
 def test_nan_digits_mid_call_keep_both_networks_and_optimizers_of_the_step_before(num_replicas):
     repl = replication.make_replicator(num_replicas)
@@ -89,6 +90,7 @@ class _GeneratorFailsAt(learning.GANLearner):
         return loss * poison, [g * poison for g in grads]
 
 
+@pytest.mark.slow
 def test_a_non_finite_generator_update_is_skipped_after_the_discriminator_update_it_followed():
     repl = replication.make_replicator(1)
     reference, learner = learning.GANLearner(_config(), repl), _GeneratorFailsAt(_config(), repl)
