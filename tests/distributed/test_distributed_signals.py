@@ -10,6 +10,11 @@ two ways a signal arrives:
   terminal (SIGINT), or ``kill -TERM -PGID``. Ray's processes must not get
   it, since the driver needs them (and the learner) for the checkpoint.
 
+The SIGKILL case first checks, on its live run, what a local run must show
+(test_loopback.py's one-learner case, ``loopback_testlib.check_local_run``):
+every listener on loopback, a token-guarded GCS, bounded daemon arenas, the
+learner on jemalloc.
+
 The 30 s promise is measured, not asserted: each test records the seconds
 from the signal to the checkpoint file and to the exit (``record_property``
 and a ``signal timing`` line on stdout, see ``-rA``); on a loaded 2-core
@@ -27,6 +32,7 @@ import time
 import psutil
 import pytest
 
+from loopback_testlib import check_local_run
 from rlplat.distributed import counters
 from rlplat.utils import loggers
 
@@ -286,10 +292,16 @@ def test_sigkill_of_the_driver_leaves_no_ray_or_reverb_process(tmp_path, record_
     kernel's parent-death signal, kept although they run in a session of their
     own); the workers, the learner with its Reverb server among them, follow
     their raylet. Every process of the run must be gone within 30 s.
+
+    Before the kill, the live run (local, one learner with replay inside it)
+    is checked as test_loopback.py would: listeners on loopback only, the
+    GCS requiring the run's own token, bounded daemon arenas, allocators.
     """
     run = _Run(tmp_path, "d4pg")
     try:
         run.wait_running()
+        root = psutil.Process(run.proc.pid)
+        check_local_run([root, *root.children(recursive=True)], run.output())
         run.snapshot()
         assert any("ray::LearnerWorker" in _title(p) for p in run.processes)  # hosts Reverb
         sent = run.send(signal.SIGKILL, "pid")

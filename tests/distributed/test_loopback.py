@@ -5,20 +5,20 @@
   take only a port) on loopback, and a Reverb client at 127.0.0.1 is served;
   with the switch off the same process listens on the wildcard (the test can
   see the difference).
-- Real `rlplat train d4pg` runs (no --address), one with one learner and
-  replay inside it, one with ``--num-learner-workers 2`` (TF's gRPC servers
-  and a separate replay server): while actors report, every listening socket
-  of every process of the run (the CLI and all its descendants) is on
-  127.0.0.1 or ::1 (``::ffff:127.0.0.1`` is IPv4 loopback on a dual-stack
-  socket). The listeners seen are printed (``-rA``).
-- The local instance's GCS refuses a call without a token, and its token is
-  the run's own (``RAY_AUTH_TOKEN`` in the GCS's environment).
+- A real `rlplat train d4pg` run (no --address) with ``--num-learner-workers
+  2`` (TF's gRPC servers and a separate replay server): while actors report,
+  every listening socket of every process of the run (the CLI and all its
+  descendants) is on 127.0.0.1 or ::1 (``::ffff:127.0.0.1`` is IPv4 loopback
+  on a dual-stack socket). The listeners seen are printed (``-rA``).
+- The run with one learner and replay inside it is checked the same way, and
+  more (the local instance's GCS refuses a call without a token, and its token
+  is the run's own; daemon arenas; the learner's allocator), on the live
+  D4PG run that test_distributed_signals.py's SIGKILL case starts anyway
+  (``loopback_testlib.check_local_run``): one run instead of two.
 """
 
-import ipaddress
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -28,8 +28,8 @@ import time
 import psutil
 import pytest
 
+from loopback_testlib import check_listeners, is_loopback
 from rlplat.distributed import loopback
-from rlplat.distributed import ray_auth
 from rlplat.utils import loggers
 
 pytestmark = pytest.mark.multiprocess
@@ -49,27 +49,6 @@ _RUN = ["train", "d4pg", "--env", "cartpole:swingup", "--policy-layer-sizes", "3
         "--checkpoint-period", "3600", "--eval-period", "3600", "--eval-episodes", "1"]
 
 
-
-def is_loopback(ip: str) -> bool:
-    address = ipaddress.ip_address(ip.split("%")[0])
-    mapped = getattr(address, "ipv4_mapped", None)
-    return (mapped or address).is_loopback
-
-
-def listeners(processes):
-    """``(process title, ip, port)`` of every listening TCP socket and bound UDP socket."""
-    found = []
-    for process in processes:
-        try:
-            argv = process.cmdline() or [process.name()]
-            title = argv[0].strip() if argv[0].startswith("ray::") else " ".join(
-                os.path.basename(part) for part in argv[:2])  # e.g. "python3.11 rlplat", "raylet ..."
-            for conn in process.net_connections(kind="inet"):
-                if conn.laddr and (conn.status == psutil.CONN_LISTEN or conn.type == 2):
-                    found.append((title, conn.laddr.ip, conn.laddr.port))
-        except (psutil.NoSuchProcess, psutil.ZombieProcess):
-            pass
-    return found
 
 
 # ------------------------------------------------------------------ the shim
@@ -177,92 +156,16 @@ def _check_run(tmp_path, extra, expect_two_listeners):
     run = _Run(tmp_path, extra)
     try:
         run.wait_running()
-        processes = run.processes()
-        found = listeners(processes)
-        print(f"{len(found)} listeners in {len(processes)} processes:")
-        for row in found:
-            print("  ", row)
-        outside = [row for row in found if not is_loopback(row[1])]
-        assert not outside, f"listening beyond loopback: {outside}"
-        # The servers that only the shim confines were seen (not just Ray's own).
-        for title in expect_two_listeners:
-            ports = [row for row in found if title in row[0]]
-            assert len(ports) >= 2, (title, found)
-        gcs = next(p for p in processes if "gcs_server" in _words(p))
-        return run, gcs, found
+        return run, check_listeners(run.processes(), expect_two_listeners)
     except BaseException:
         run.stop()
         raise
 
 
-def _check_token_auth(run, gcs):
-    environ = gcs.environ()
-    assert environ.get(ray_auth.MODE_VARIABLE) == "token"
-    assert len(environ.get(ray_auth.TOKEN_VARIABLE, "")) == 64  # the run's own token
-    address = re.search(r"local Ray at (\S+):(\d+)", run.output())
-    assert address, run.output()
-    assert ray_auth.requires_token(address.group(1), int(address.group(2))) is True
-
-
-def _words(proc) -> str:
-    """A process's command line; "" for one that exited or is a zombie (a helper that just ended)."""
-    try:
-        return " ".join(proc.cmdline())
-    except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
-        return ""
-
-
-def _check_malloc_arenas(run):
-    """Ray's GCS and raylet run with 2 malloc arenas (they grew without), rlplat's workers with glibc's default."""
-    arenas = {}
-    for proc in run.processes():
-        words = _words(proc)
-        role = next((r for r in ("gcs_server", "raylet/raylet", "ray::LearnerWorker", "ray::ActorWorker")
-                     if r in words), None)
-        if role:
-            arenas.setdefault(role, set()).add(proc.environ().get("MALLOC_ARENA_MAX"))
-    assert arenas.get("gcs_server") == {"2"} and arenas.get("raylet/raylet") == {"2"}, arenas
-    default = str(8 * os.cpu_count())
-    assert arenas.get("ray::LearnerWorker") == {default} and arenas.get("ray::ActorWorker") == {default}, arenas
-
-
-def _mapped_libraries(proc) -> set:
-    """Base names of the shared libraries ``proc`` has mapped."""
-    return {os.path.basename(m.path) for m in proc.memory_maps() if m.path.endswith(".so")}
-
-
-def _check_allocators(run):
-    """The learner runs on jemalloc with the loopback shim still first; actors keep glibc's malloc."""
-    libraries = {}
-    for proc in run.processes():
-        words = _words(proc)
-        role = next((r for r in ("ray::LearnerWorker", "ray::ActorWorker") if r in words), None)
-        if role:
-            libraries.setdefault(role, []).append((_mapped_libraries(proc), proc.environ().get("LD_PRELOAD", "")))
-    assert set(libraries) == {"ray::LearnerWorker", "ray::ActorWorker"}, libraries.keys()
-    for mapped, preload in libraries["ray::LearnerWorker"]:
-        assert {"libjemalloc.so", loopback.SHIM_NAME} <= mapped, (mapped, preload)
-        assert preload.split()[0] == loopback.shim_path(), preload
-    for mapped, preload in libraries["ray::ActorWorker"]:
-        assert loopback.SHIM_NAME in mapped and "libjemalloc.so" not in mapped, (mapped, preload)
-
-
-@pytest.mark.slow
-def test_local_run_listens_only_on_loopback_requires_a_token_and_bounds_daemon_arenas(tmp_path):
-    run, gcs, _ = _check_run(tmp_path, [], expect_two_listeners=["ray::LearnerWorker"])
-    try:
-        _check_token_auth(run, gcs)
-        _check_malloc_arenas(run)
-        _check_allocators(run)
-        assert "loopback_bind.so is missing" not in run.output()
-    finally:
-        run.stop()
-
-
 @pytest.mark.slow
 def test_multi_worker_learner_listens_only_on_loopback(tmp_path):
-    run, _, found = _check_run(tmp_path, ["--num-learner-workers", "2"],
-                               expect_two_listeners=["ray::ReplayServer"])
+    run, found = _check_run(tmp_path, ["--num-learner-workers", "2"],
+                           expect_two_listeners=["ray::ReplayServer"])
     try:
         # Each of the two TF workers: Ray's core-worker port plus its TF gRPC server.
         assert len([row for row in found if "GroupLearnerWorker" in row[0]]) >= 4, found
