@@ -1,9 +1,13 @@
 """docs/walkthrough.md runs: train, watch, compare, scale-check, PBT, export, load elsewhere.
 
 The doc's shell block is run as written, in a fresh folder, except for the
-step budgets below (CI cannot afford 100k-step runs): each is replaced
-everywhere it appears, and each must appear, so the doc cannot drift away
-from what this test runs.
+budgets below (CI cannot afford 100k-step runs): each is replaced everywhere
+it appears, and each must appear, so the doc cannot drift away from what this
+test runs. Besides steps, seeds and episodes, two budgets the doc leaves at
+their defaults are shrunk too: each run's greedy evaluations (5 episodes of
+1,000 steps by default, more env steps than a 2,000-step run trains on) to one
+episode, and the video's frame size (rendering 320x240 frames took 20 of the
+eval step's 28 s) to 64x48.
 """
 
 import os
@@ -17,12 +21,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.multiprocess, pytest.mark.timeout(24
 
 DOC = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "walkthrough.md")
 SHRUNK = {"--max-actor-steps 100000": "--max-actor-steps 2000",
-          "--eval-every-steps 10000": "--eval-every-steps 1000",
+          "--eval-every-steps 10000": "--eval-every-steps 1000 --eval-episodes 1",
           "--perturbation-interval 20000": "--perturbation-interval 1000",
           "--seeds 3": "--seeds 2",
           "--seeds 4": "--seeds 2",
           "--actors 1,4": "--actors 1,2",
-          "--episodes 3": "--episodes 1"}
+          "--episodes 3": "--episodes 1",
+          "--video runs/demo.gif": "--video runs/demo.gif --video-size 64x48"}
 
 
 def _block() -> str:
