@@ -6,7 +6,7 @@ changes it), with greedy evaluations every `--eval-every` actor steps
 (`--eval-episodes` each, logged at the step of the weights they used), and
 stops at the first evaluation that reaches `--target` or at
 `--max-actor-steps`. Seeds run one after another; each seed's record is kept
-in results/runs/ and reused by a later call with the same settings, so an
+in results/runs/ and reused by a later call with the same settings and whole config, so an
 interrupted sweep resumes.
 
     python bench/d4pg_learning.py --seeds 3 [--variant NAME --set dqda_clip_norm=0 ...]
@@ -71,7 +71,8 @@ def main(argv=None):
     if not args.report_only:
         seed_list = seeds_lib.seed_list(args)
         records = seeds_lib.run_seeds(args.out, BENCH, args.variant, seed_list, settings,
-                                      lambda seed: run_one(args, overrides, seed), reuse=not args.no_reuse)
+                                      lambda seed: run_one(args, overrides, seed), reuse=not args.no_reuse,
+                                      config=whole_config(overrides))
         summary = seeds_lib.summarise(records, args.target, args.max_actor_steps)
         print(seeds_lib.summary_line(f"D4PG {args.env} [{args.variant}]", summary), flush=True)
     return write_report(args.out)
@@ -94,8 +95,15 @@ def _compare_precisions(args, overrides, settings):
             run_args = argparse.Namespace(**dict(vars(args), variant=variant))
             seeds_lib.run_seeds(args.out, BENCH, variant, [seed], dict(settings, overrides=chosen),
                                 lambda s, chosen=chosen, run_args=run_args: run_one(run_args, chosen, s),
-                                reuse=not args.no_reuse)
+                                reuse=not args.no_reuse, config=whole_config(chosen))
     return write_report(args.out)
+
+
+def whole_config(overrides: Dict[str, Any]) -> Dict[str, Any]:
+    """The config a run with ``overrides`` gets today: a record made under other defaults is not reused."""
+    from rlplat_agents.d4pg.config import D4PGConfig  # pylint: disable=g-import-not-at-top  (no TF)
+
+    return D4PGConfig(**overrides).to_dict()
 
 
 def precision_ratio(report, a="precision_fp32", b="precision_auto"):

@@ -129,13 +129,24 @@ def parse_overrides(config_class: Any, pairs: Sequence[str]) -> Dict[str, Any]:
         raise SystemExit(f"--set: {e}") from None
     return out
 
+def _same_run(saved: Dict[str, Any], settings: Dict[str, Any], config: Optional[Dict[str, Any]]) -> bool:
+    """Whether a saved record ran ``settings`` and, when given, the whole ``config`` (JSON-normalised:
+    a default that changed since makes it another run)."""
+    if saved.get("settings") != settings:
+        return False
+    return config is None or json.loads(json.dumps(saved.get("config"))) == json.loads(json.dumps(config))
+
+
 def run_seeds(out_dir: str, bench: str, variant: str, seeds: Sequence[int], settings: Dict[str, Any],
-              run_one: Callable[[int], Dict[str, Any]], reuse: bool = True) -> List[Dict[str, Any]]:
+              run_one: Callable[[int], Dict[str, Any]], reuse: bool = True,
+              config: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
     """Runs ``run_one(seed)`` for each seed; returns their records in seed order.
 
     A record must hold ``eval_curve`` (a list of dicts with ``actor_steps``,
     ``seconds`` and ``eval_return``). With ``reuse``, a seed whose record
-    exists with the same ``settings`` is not run again.
+    exists with the same ``settings`` (and, if ``config`` is given, the same
+    whole config in its ``config``) is not run again; a record of another
+    run is set aside (``set_aside``) when the new one is written.
     """
     records = []
     for seed in seeds:
@@ -143,7 +154,7 @@ def run_seeds(out_dir: str, bench: str, variant: str, seeds: Sequence[int], sett
         if reuse and os.path.exists(path):
             with open(path) as f:
                 saved = json.load(f)
-            if saved.get("settings") == settings:
+            if _same_run(saved, settings, config):
                 print(f"[{bench}/{variant}] seed {seed}: reusing {os.path.relpath(path)}", flush=True)
                 records.append(saved)
                 continue
@@ -152,7 +163,7 @@ def run_seeds(out_dir: str, bench: str, variant: str, seeds: Sequence[int], sett
         if os.path.exists(path):
             with open(path) as f:
                 earlier = json.load(f)
-            if earlier.get("settings") != settings:
+            if not _same_run(earlier, settings, config):
                 print(f"[{bench}/{variant}] seed {seed}: the record made under other settings is kept as "
                       f"{os.path.relpath(set_aside(path))}", flush=True)
         with open(path, "w") as f:

@@ -54,6 +54,27 @@ def test_run_seeds_reuses_records_with_the_same_settings_only(tmp_path):
     assert saved["settings"] == {"k": 2} and saved["machine"]["cpus"] == os.cpu_count()
 
 
+def test_run_seeds_does_not_reuse_a_record_made_under_another_whole_config(tmp_path):
+    # A default that changed (lr 1e-4 -> 3e-4) leaves the settings, which hold only the overrides, equal.
+    calls = []
+
+    def run_one(seed, lr):
+        calls.append((seed, lr))
+        return dict(_record(seed, [float(seed)]), config={"lr": lr, "sizes": (256, 256)})
+
+    out = str(tmp_path)
+    seeds.run_seeds(out, "b", "v", [0], {"k": 1}, lambda s: run_one(s, 1e-4), config={"lr": 1e-4, "sizes": (256, 256)})
+    seeds.run_seeds(out, "b", "v", [0], {"k": 1}, lambda s: run_one(s, 1e-4), config={"lr": 1e-4, "sizes": (256, 256)})
+    assert calls == [(0, 1e-4)]  # the same whole config (tuples as JSON lists): reused
+    seeds.run_seeds(out, "b", "v", [0], {"k": 1}, lambda s: run_one(s, 3e-4), config={"lr": 3e-4, "sizes": (256, 256)})
+    assert calls == [(0, 1e-4), (0, 3e-4)]  # today's config differs: run again
+    with open(seeds.run_path(out, "b", "v", 0)) as f:
+        assert json.load(f)["config"]["lr"] == 3e-4
+    stem = seeds.run_path(out, "b", "v", 0)[:-len(".json")]
+    with open(f"{stem}.superseded1.json") as f:
+        assert json.load(f)["config"]["lr"] == 1e-4  # the earlier run is kept aside, not lost
+
+
 def test_table_rows_come_from_the_bench_json(tmp_path):
     records = [dict(_record(s, [100, 850]), seed=s) for s in (0, 1)]
     summary = seeds.summarise(records, 800.0, 200_000)
