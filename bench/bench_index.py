@@ -23,6 +23,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:  # run as a script, bench/ is on the path already; imported, it may not be
     sys.path.insert(0, HERE)
 
+import d4pg_suite  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
 import seeds  # noqa: E402  pylint: disable=g-import-not-at-top,wrong-import-position
 RESULTS = os.path.join(HERE, "results")
 INDEX = os.path.join(HERE, "README.md")
@@ -96,7 +97,8 @@ def _suite(d: Dict[str, Any]) -> List[str]:
         for task, entry in tasks.items():
             s500 = entry["scores"]["500000"]
             score = "-" if s500["mean"] is None else f"{s500['mean']:.0f} ± {s500['std']:.0f}"
-            ratio = "" if s500["ratio"] is None else f", {s500['ratio']:.2f}x State SAC"
+            source = "CURL's" if entry.get("published_source") == d4pg_suite.CURL else "TD-MPC2's"
+            ratio = "" if s500["ratio"] is None else f", {s500['ratio']:.2f}x {source} state SAC"
             name = entry.get("name", variant) + (", earlier defaults" if entry.get("earlier_defaults") else "")
             lines.append(f"[{name}] {task}: {entry['num_seeds']} seed(s), 500k score {score}{ratio}")
     return lines + ["full table: [results.md](results.md)"]
