@@ -71,7 +71,7 @@ def rows_from(path: str) -> List[Dict[str, Any]]:
             ", ".join(f"{k}={_fmt_value(v)}" for k, v in sorted(overrides.items())),
             ", ".join(f"earlier default {k}={_fmt_value(v)}" for k, v in sorted(earlier.items()))])) or "(none)"
         if variant.get("todays_defaults") and overrides:  # set then, and the defaults since
-            changes = f"(none: today's defaults; set as {changes} before they became defaults)"
+            changes = f"(none: today's defaults; recorded with {changes}, the default now)"
         rows.append({
             "agent": agent.upper(), "task": settings["env"], "variant": name, "overrides": changes,
             "seeds": summary["num_seeds"],

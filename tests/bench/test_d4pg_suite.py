@@ -188,7 +188,7 @@ def test_a_learning_variant_that_set_what_are_now_the_defaults_is_shown_as_today
     assert report["variants"]["lr"]["todays_defaults"] is True
     assert report["variants"]["default"]["todays_defaults"] is False
     rows = {row["variant"]: row for row in learning_table.rows_from(os.path.join(out, "d4pg_learning.json"))}
-    assert rows["lr"]["overrides"] == (f"(none: today's defaults; set as critic_learning_rate={rate} "
-                                       "before they became defaults)")
+    assert rows["lr"]["overrides"] == (f"(none: today's defaults; recorded with critic_learning_rate={rate}, "
+                                       "the default now)")
     assert rows["default"]["overrides"] == f"earlier default critic_learning_rate={rate / 3}"
     assert rows["lr"]["to_target"] == "1/1 reached 800; median 120k, worst 120k"
