@@ -158,7 +158,7 @@ def suite_section(path: str) -> List[str]:
         report = json.load(f)
     head = ["task", "variant", "seeds", "published 100k", "rlplat 100k", "ratio", "published 500k",
             "rlplat 500k", "ratio", "env steps to 0.9x published 500k, per seed",
-            "wall time to 0.9x, per seed", "source", "machine"]
+            "wall time to 0.9x, per seed", "source", "D4PG published (pixels, 1e9 env steps)", "machine"]
     lines = ["## D4PG across the control suite", "",
              "Generated from `bench/results/d4pg_suite.json` (`python bench/d4pg_suite.py`): "
              "`rlplat train d4pg --env TASK` with the default config for every task, 2 actors on "
@@ -189,9 +189,11 @@ def suite_section(path: str) -> List[str]:
                 str(entry["num_seeds"]),
                 _published(s100), _mean_std(s100), _ratio(s100),
                 _published(s500), _mean_std(s500), _ratio(s500), steps, walls, ref,
-                ", ".join(entry.get("machines", []))]) + " |")
+                PUBLISHED.get(("d4pg", task), "-"), ", ".join(entry.get("machines", []))]) + " |")
     lines.append("")
     lines += [f"[S{i + 1}] {source}." for i, source in enumerate(sources)]
+    lines.append(CITATIONS[0] + " D4PG's own paper shows curves, not numbers; these are a ceiling from "
+                 "another input and budget, not a like-for-like comparison.")
     lines.append("")
     return lines
 

@@ -92,6 +92,8 @@ def test_report_and_table_come_from_the_records(tmp_path):
     assert "848 ± 15" in row and "890 ± 10 (2)" in row and "1.05 ✓" in row
     assert "460k, 460k" in row  # the 23rd eval is the first >= 0.9 x 848 = 763.2
     assert any("CURL" in line for line in lines)
+    # D4PG's own published figure (PlaNet's Table 1, from pixels) beside the state-SAC one, cited.
+    assert "| 862 (pixels, 1e9 steps) [1] |" in row and any("PlaNet" in line for line in lines)
 
 
 def test_a_variant_row_names_its_runner_and_overrides():
