@@ -97,6 +97,13 @@ class Learner(VariableSource):
     def num_steps(self) -> int:
         """Learner steps taken so far, across restarts."""
 
+    def trace(self) -> None:
+        """Prepares the first ``step`` (e.g. traces it) without taking one; by default nothing.
+
+        A layout calls it while the learner would otherwise wait for its first
+        batch, so that wait and the trace overlap.
+        """
+
     @abc.abstractmethod
     def checkpointables(self) -> Dict[str, Any]:
         """The trackable state a checkpoint saves and restores, by name.

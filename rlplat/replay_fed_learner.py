@@ -152,6 +152,10 @@ class ReplayFedLearner(core.Learner):
         """``steps_per_call`` steps (see ``_run_steps``); learners that must cut calls override it."""
         return self._run_steps(self._steps_per_call)
 
+    def trace(self) -> None:
+        """Traces the step ``_run_steps`` runs, taking none; the first ``step`` then skips the trace."""
+        self._repl.trace_steps(self._step, self._iterator)
+
     def _mirror(self) -> variable_export.StepMirror:
         if self._steps is None:
             raise RuntimeError(f"{type(self).__name__} never called _serve()")

@@ -140,8 +140,8 @@ class Driver:
         if ready.get("startup_times"):  # the learner's own steps, for a profile of the start-up
             launched = self.loop.startup.launched
             steps = dict(ready["startup_times"], launch_requested=launch_requested)
-            run_dir.update_run_info(self.logdir, {"learner_startup_s": {
-                step: round(when - launched, 3) for step, when in steps.items()}})
+            self.loop.learner_startup_s = {step: round(when - launched, 3) for step, when in steps.items()}
+            run_dir.update_run_info(self.logdir, {"learner_startup_s": dict(self.loop.learner_startup_s)})
         self.counts.learner_steps = int(ready["learner_steps"])
         self._report_replay_restore(workers.replay_restore)
 

@@ -86,6 +86,7 @@ class ControlLoop(ActorCare, ReplayWatch):
         self.loop_ended: Optional[float] = None
         self.last_learner_metrics: Dict[str, Any] = {}
         self.startup = StartupTimes()
+        self.learner_startup_s: Dict[str, float] = {}  # the learner's own start-up steps (driver._start)
         self.replay_stats: Dict[str, Any] = {}
         self.replay_shard_stats: List[Dict[str, Any]] = []  # per shard, with --num-replay-shards > 1
         self.replay_probe_misses = 0  # the replay server did not answer, its process was alive
@@ -226,6 +227,10 @@ class ControlLoop(ActorCare, ReplayWatch):
                                  "continue (fix the cause, then continue with --resume)") from None
         self.counts.learner_steps = int(metrics.get("learner_steps", self.counts.learner_steps))
         self.learner_steps_time = time.monotonic()
+        if "first_step_traced_time" in metrics:  # the learner's path, as its ready() steps
+            self.learner_startup_s["first_step_traced"] = round(
+                metrics.pop("first_step_traced_time") - self.startup.launched, 3)
+            run_dir.update_run_info(self.logdir, {"learner_startup_s": dict(self.learner_startup_s)})
         if "first_step_time" in metrics:
             self.startup_milestone("first_learner_step", metrics.pop("first_step_time"))
         if "replay_inserts_before_first_step" in metrics:  # whether a resumed learner had to refill

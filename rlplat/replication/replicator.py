@@ -182,6 +182,20 @@ class Replicator:
                     wait += waited
                     outputs = replicated(batch)
             return _with_wait(outputs, wait)
+        return self._steps_loop(step_fn, reduce)(iterator, tf.constant(num_steps, tf.int32))
+
+    def trace_steps(self, step_fn: Callable, iterator: Iterator, reduce: Optional[str] = "mean") -> None:
+        """Traces the function ``run_steps(step_fn, iterator, n, reduce)`` calls, without taking a step.
+
+        The next ``run_steps`` with the same ``step_fn`` and ``reduce`` uses this
+        trace, so a caller can trace while it would otherwise wait (a learner
+        while its actors fill replay). Nothing is read from ``iterator``. The
+        trace is TensorFlow's; its graph is still optimised on the first call.
+        """
+        if not self._eager:
+            self._steps_loop(step_fn, reduce).get_concrete_function(iterator, tf.TensorSpec([], tf.int32))
+
+    def _steps_loop(self, step_fn: Callable, reduce: Optional[str]) -> Callable:
         key = ("steps", step_fn, reduce)
         compiled = self._compiled.get(key)
         if compiled is None:
@@ -200,7 +214,7 @@ class Replicator:
 
             compiled = loop
             self._compiled[key] = compiled
-        return compiled(iterator, tf.constant(num_steps, tf.int32))
+        return compiled
 
     def _make_replicated(self, step_fn: Callable, reduce: Optional[str]) -> Callable:
         if reduce is not None and reduce not in _OUTPUT_REDUCTIONS:

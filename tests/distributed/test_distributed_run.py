@@ -201,7 +201,10 @@ def test_run_writes_logs_checkpoint_and_run_info(first_run):
     path = info["learner_startup_s"]
     # (Ray may hand the learner a worker process it started before it was asked.)
     assert [k for k in sorted(path, key=path.get) if k != "process_started"] == [
-        "launch_requested", "init_entered", "tensorflow_imported", "replay_ready", "learner_built", "init_done"], path
+        "launch_requested", "init_entered", "tensorflow_imported", "replay_ready", "learner_built", "init_done",
+        "first_step_traced"], path
+    # The first step's trace ran while the learner waited (Learner.trace), before its first step.
+    assert path["first_step_traced"] <= up["first_learner_step"], (path, up)
     assert up["ray_up"] <= path["launch_requested"]
     assert path["replay_ready"] == pytest.approx(up["replay_ready"], abs=2e-3)
     assert path["init_done"] <= up["learner_ready"], (path, up)

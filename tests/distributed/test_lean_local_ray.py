@@ -2,7 +2,7 @@
 
 ``cluster._lean_local_services`` gives Ray's ``RayParams`` other defaults while
 ``ray.init`` starts the instance; ``_LOCAL_SYSTEM_CONFIG`` turns off the idle
-workers Ray would prestart for the first driver. The first test checks the
+workers Ray would prestart for the first driver, and no dashboard head starts. The first test checks the
 defaults without starting Ray; the second starts one instance and looks at
 the processes it runs.
 """
@@ -11,6 +11,7 @@ import time
 
 import psutil
 import ray
+from ray._private import node
 from ray._private import parameter
 
 from rlplat.distributed import cluster
@@ -30,6 +31,14 @@ def test_lean_defaults_hold_inside_the_block_only_and_yield_to_explicit_values()
     assert parameter.RayParams().dashboard_agent_listen_port == 52365  # Ray's own default is back
 
 
+def test_the_dashboard_head_is_skipped_inside_the_block_only():
+    original = node.Node.start_api_server
+    with cluster._lean_local_services(log_to_driver=False):
+        assert node.Node.start_api_server is not original
+        assert node.Node.start_api_server(None, include_dashboard=False, raise_on_failure=False) is None
+    assert node.Node.start_api_server is original
+
+
 def test_local_instance_runs_no_monitors_and_no_idle_prestarted_workers():
     assert not ray.is_initialized()
     connection = cluster.connect(num_cpus=2)
@@ -44,6 +53,8 @@ def test_local_instance_runs_no_monitors_and_no_idle_prestarted_workers():
         session = [n for n in names if connection.session_dir.rsplit("/", 1)[-1] in n or "ray::" in n]
         assert any("gcs_server" in n for n in names), names
         assert not [n for n in session if "log_monitor.py" in n or "autoscaler/_private/monitor.py" in n]
+        assert any("dashboard/agent.py" in n for n in names), names  # the raylet's agent still runs
+        assert not [n for n in names if "dashboard/dashboard.py" in n], names  # no dashboard head
         assert not [n for n in names if n.startswith("ray::IDLE")], names
 
         @ray.remote(num_cpus=0)

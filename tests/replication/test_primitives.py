@@ -172,3 +172,25 @@ def test_trace_count_counts_each_trace_once_and_only_traces():
     assert replicator_lib.trace_count() == start + 2
     repl.run(step, tf.ones([5, 3]))  # ...and so is a new shape (what the bench must catch)
     assert replicator_lib.trace_count() == start + 3
+
+
+def test_trace_steps_traces_the_run_steps_loop_without_reading_a_batch():
+    """A learner traces its step while it waits for replay; its first call must then reuse that trace."""
+    from rlplat.replication import replicator as replicator_lib  # pylint: disable=g-import-not-at-top
+
+    repl = replication.make_replicator(num_replicas=2)
+
+    def step(batch):
+        return {"first": replication.all_reduce(batch[0, 0], "sum")}
+
+    rows = np.arange(64, dtype=np.float32)[:, None] * np.ones((1, 3), np.float32)
+    iterator = repl.distribute(tf.data.Dataset.from_tensor_slices(rows).batch(4, drop_remainder=True))
+    start = replicator_lib.trace_count()
+    repl.trace_steps(step, iterator)
+    assert replicator_lib.trace_count() == start + 1
+    # Nothing was read: the first step's global batch is rows 0-3, split 0-1 | 2-3 over the replicas.
+    assert repl.run_steps(step, iterator, 1)["first"].numpy() == pytest.approx(0.0 + 2.0)
+    assert repl.run_steps(step, iterator, 2)["first"].numpy() == pytest.approx(8.0 + 10.0)  # rows 4-7, then 8-11
+    assert replicator_lib.trace_count() == start + 1  # the calls used the trace
+    repl.trace_steps(step, iterator, reduce="sum")  # another reduction is another function
+    assert replicator_lib.trace_count() == start + 2

@@ -145,6 +145,19 @@ class LearnerWorker(LearnerService):
             self._publisher = WeightPublisher(lambda: self.get_variables(["policy"]), weight_publish_period)
             self._publisher.publish()
         self._startup_times["init_done"] = time.time()
+        # The first step's trace needs no data: it runs now, beside the driver's placement
+        # report and the actors' start, instead of after the first train() call. That call
+        # waits for it on the step lock and, if it failed, traces again and raises there.
+        self._tracer = threading.Thread(target=self._trace_first_step, name="trace-first-step", daemon=True)
+        self._tracer.start()
+
+    def _trace_first_step(self) -> None:
+        with self._step_lock:
+            try:
+                self._learner.trace()
+            except Exception:  # pylint: disable=broad-except
+                return
+            self._startup_times["first_step_traced"] = time.time()
 
     def ready(self) -> Dict[str, Any]:
         """What the driver needs once the learner is up."""
@@ -232,6 +245,8 @@ class LearnerWorker(LearnerService):
                 out["replay_inserts_before_first_step"] = self._first_step_inserts
             if first_call and self._first_step_time is not None:
                 out["first_step_time"] = self._first_step_time  # wall clock, for the start-up times
+                if "first_step_traced" in self._startup_times:
+                    out["first_step_traced_time"] = self._startup_times["first_step_traced"]
             return out
 
     def make_unbound_actor(self, actor_index: int, seed: int, evaluation: bool = False):
