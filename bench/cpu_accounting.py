@@ -6,7 +6,8 @@ the windows of actor chunks whose CPU is split into parts
 (``actor_window``, ``breakdown_us``: env step, policy, Reverb write, weight
 pull, Ray dispatch, background threads), a sampler of CPU per process role
 (``CpuSampler``; ``LearnerThreadSampler`` also per learner thread), and
-small statistics (``median``, ``slope``). Linux only.
+small statistics (``median``, ``slope``), and the CPU a command's processes had
+used by a given time (``DescendantCpuSampler``, for ``startup.py``). Linux only.
 """
 
 from __future__ import annotations
@@ -334,3 +335,76 @@ def system_cpu():
         values = [int(x) for x in f.readline().split()[1:]]
     idle = values[3] + values[4]
     return (sum(values) - idle), sum(values)
+
+
+class DescendantCpuSampler:
+    """CPU seconds of every process this process starts (children, their children...), by role, in a thread.
+
+    For a command's start-up: what all of its processes (the driver, Ray's
+    services, the workers) had used by a given wall time. A process's role is
+    the last one seen for its pid (a Ray worker starts as plain Python and is
+    renamed ``ray::<Class>`` once it hosts an actor); a direct child of this
+    process is the ``driver``. CPU of a process that exits between samples is
+    lost, so ``period_s`` is kept short.
+    """
+
+    def __init__(self, period_s: float = 0.2):
+        self._period = period_s
+        self._stop = threading.Event()
+        self._roles = {}
+        self.samples = []  # (time.time(), {pid: cpu_s})
+        self._thread = threading.Thread(target=self._run, name="descendant-cpu", daemon=True)
+
+    def start(self):
+        self._thread.start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self):
+        while not self._stop.is_set():
+            self.samples.append((time.time(), self._descendants()))
+            self._stop.wait(self._period)
+
+    def _descendants(self):
+        tick, me = os.sysconf("SC_CLK_TCK"), os.getpid()
+        parent, cpu, cmdlines = {}, {}, {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+                with open(f"/proc/{entry}/cmdline") as f:
+                    cmdlines[int(entry)] = f.read()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2:].split()
+            parent[int(entry)] = int(fields[1])
+            cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+        out = {}
+        for pid in cpu:
+            chain, up = [], pid
+            while up in parent and up != me and len(chain) < 64:
+                chain.append(up)
+                up = parent[up]
+            if up != me or not chain:
+                continue
+            role = "driver" if len(chain) == 1 else process_role(pid, cmdlines.get(pid, ""))
+            if role != "other" or pid not in self._roles:
+                self._roles[pid] = role
+            out[pid] = cpu[pid]
+        return out
+
+    def by_role_at(self, wall_time):
+        """CPU seconds per role of the processes alive in the last sample at or before ``wall_time``."""
+        before = [s for s in self.samples if s[0] <= wall_time]
+        if not before:
+            return {}
+        roles = {}
+        for pid, seconds in before[-1][1].items():
+            role = self._roles.get(pid, "other")
+            roles[role] = roles.get(role, 0.0) + seconds
+        return {k: round(v, 2) for k, v in sorted(roles.items(), key=lambda x: -x[1])}

@@ -20,8 +20,11 @@
 The report puts the first learner step beside the sum of the parts that lie
 on its path one after another (Ray up, the learner process's imports, its
 build, then its first call or the replay warm-up beside it, whichever is
-longer), which no overlap of workers can go under. The machine's load
-average is recorded with each figure: run it on a quiet machine.
+longer), which no overlap of workers can go under; and beside the CPU
+floor: the CPU seconds every process of the run (driver, Ray's services,
+learner, actors, evaluator) had used by its first learner step, sampled from
+/proc, over the machine's cores, which no schedule can go under either. The
+machine's load average is recorded with each figure: run it on a quiet machine.
 
 ``--baseline DIR`` (a checkout of another commit, e.g. ``git worktree add
 DIR REV``) runs that tree's code as well, alternating with this one's (A B,
@@ -49,6 +52,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
 import cli_runs  # noqa: E402
+import cpu_accounting  # noqa: E402
 import throughput_report  # noqa: E402
 
 MILESTONES = ("ray_up", "replay_ready", "learner_ready", "first_actor_step", "first_learner_step")
@@ -137,10 +141,15 @@ def measure_runs(runs: int, log, baseline: Optional[str] = None) -> List[Dict[st
 def _one_run(i: int, log, env: Optional[Dict[str, str]]) -> Dict[str, Any]:
     folder = tempfile.mkdtemp(prefix="startup_")
     logdir = os.path.join(folder, "run")
-    seconds = cli_runs.run(["train", "d4pg", "--env", "cartpole:swingup", "--max-actor-steps", "2000",
+    sampler = cpu_accounting.DescendantCpuSampler().start()
+    launched = time.time()
+    try:
+        seconds = cli_runs.run(["train", "d4pg", "--env", "cartpole:swingup", "--max-actor-steps", "2000",
                             "--eval-every-steps", "2000", "--eval-episodes", "1", "--seed", str(100 + i),
-                            "--logdir", logdir], os.path.join(folder, "console.log"), bench="startup", env=env,
-                           cwd=folder)  # Ray puts the driver's directory first on its workers' path
+                                "--logdir", logdir], os.path.join(folder, "console.log"), bench="startup",
+                               env=env, cwd=folder)  # Ray puts the driver's directory first on its workers' path
+    finally:
+        sampler.stop()
     with open(os.path.join(logdir, "run_info.json"), encoding="utf-8") as f:
         info = json.load(f)
     with open(os.path.join(logdir, "config.json"), encoding="utf-8") as f:
@@ -149,7 +158,11 @@ def _one_run(i: int, log, env: Optional[Dict[str, str]]) -> Dict[str, Any]:
     rates = [r for r in rates if r]
     log(f"run {i}{' (baseline)' if env else ''}: "
         + ", ".join(f"{k} {v:.1f}" for k, v in info["startup_s"].items()))
+    cpu = sampler.by_role_at(launched + info["startup_s"]["first_learner_step"])
+    log(f"run {i}: CPU-s of all its processes to the first learner step {sum(cpu.values()):.1f} ("
+        + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()) + ")")
     return {"startup_s": info["startup_s"], "learner_startup_s": info.get("learner_startup_s"),
+            "cpu_to_first_learner_step_s": cpu,
             "wall_s": seconds, "min_replay_size": min_replay, "git_sha": info.get("git_sha"),
             "env_steps_per_s": rates[-1] if rates else None, "load_average": os.getloadavg()[0]}
 
@@ -190,8 +203,16 @@ def report(parts: Dict[str, float], runs: List[Dict[str, Any]]) -> Dict[str, Any
     steps = [r["learner_startup_s"] for r in runs if r.get("learner_startup_s")]
     # The learner process's own path to "ready", step by step (median seconds from launch).
     learner_path = ({k: statistics.median(s[k] for s in steps if k in s) for k in steps[0]} if steps else None)
+    cpu = [r["cpu_to_first_learner_step_s"] for r in runs if r.get("cpu_to_first_learner_step_s")]
+    cpu_by_role = ({role: statistics.median(c.get(role, 0.0) for c in cpu) for role in {k for c in cpu for k in c}}
+                   if cpu else None)
+    cpu_total = statistics.median(sum(c.values()) for c in cpu) if cpu else None
+    cores = os.cpu_count() or 1
     return {"milestones_s": milestones, "learner_path_s": learner_path, "parts_s": parts, "floor_s": floor,
             "floor_total_s": sum(floor.values()),
+            # Every process's CPU to the first learner step, spread over every core: no schedule goes under it.
+            "cpu_to_first_learner_step_s": cpu_by_role, "cpu_total_s": cpu_total,
+            "cpu_floor_s": None if cpu_total is None else cpu_total / cores, "cores": cores,
             "first_learner_step_over_floor": milestones["first_learner_step"] / sum(floor.values()),
             "target_first_learner_step_s": 8.0, **({"baseline": baseline} if baseline else {})}
 
@@ -253,6 +274,11 @@ def main(argv=None) -> int:
         log("learner's path (median s from launch): "
             + ", ".join(f"{k} {v:.1f}" for k, v in result["learner_path_s"].items()))
     log(f"floor: {result['floor_total_s']:.1f} s = " + " + ".join(f"{k} {v:.1f}" for k, v in result["floor_s"].items()))
+    if result["cpu_total_s"] is not None:
+        log(f"CPU floor: {result['cpu_floor_s']:.1f} s = {result['cpu_total_s']:.1f} CPU-s of every process to the "
+            f"first learner step over {result['cores']} cores ("
+            + ", ".join(f"{k} {v:.1f}" for k, v in sorted(result["cpu_to_first_learner_step_s"].items(),
+                                                          key=lambda kv: -kv[1])) + ")")
     if result.get("baseline"):
         base = result["baseline"]
         log(f"baseline {base['git_sha']}: " + ", ".join(f"{k} {v:.1f} s" for k, v in base["milestones_s"].items())

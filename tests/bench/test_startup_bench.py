@@ -41,3 +41,38 @@ def test_the_floor_takes_the_first_call_or_the_warm_up_whichever_is_longer():
     fast_call = startup.report(_parts(1.5), runs)
     assert fast_call["floor_s"]["replay warm-up: 1000 env steps at 500/s"] == pytest.approx(2.0)
     assert fast_call["floor_total_s"] == pytest.approx(2.1 + 3.6 + 1.0 + 2.0)
+
+
+def test_the_cpu_floor_is_the_median_total_cpu_over_the_cores(monkeypatch):
+    monkeypatch.setattr(startup.os, "cpu_count", lambda: 2)
+    cpu = [{"learner": 9.0, "driver": 3.0, "actors": 4.0}, {"learner": 10.0, "driver": 3.0, "actors": 5.0},
+           {"learner": 8.0, "driver": 2.0, "actors": 2.0}]
+    runs = [dict(_run("this", r, 12.0), env_steps_per_s=500.0, min_replay_size=1000,
+                 cpu_to_first_learner_step_s=c) for r, c in enumerate(cpu)]
+    result = startup.report(_parts(2.5), runs)
+    assert result["cpu_total_s"] == pytest.approx(16.0)  # totals 16, 18, 12
+    assert result["cpu_floor_s"] == pytest.approx(8.0)
+    assert result["cpu_to_first_learner_step_s"] == pytest.approx({"learner": 9.0, "driver": 3.0, "actors": 4.0})
+    assert startup.report(_parts(2.5), [dict(r, cpu_to_first_learner_step_s=None) for r in runs])["cpu_floor_s"] is None
+
+
+def test_the_sampler_counts_the_cpu_of_a_child_and_of_its_child_by_role():
+    import subprocess  # pylint: disable=g-import-not-at-top
+
+    import cpu_accounting  # pylint: disable=g-import-not-at-top
+
+    # Each burns 0.6 CPU-s, then stays alive a second so that a sample sees what it used.
+    burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.6: pass\n"
+    code = f"import subprocess, sys\n{burn}subprocess.run([sys.executable, '-c', {burn + 'time.sleep(1.0)'!r}])\n"
+    sampler = cpu_accounting.DescendantCpuSampler(period_s=0.05).start()
+    try:
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    finally:
+        sampler.stop()
+    # The child is the driver; its child (no Ray in its command line) is "other".
+    both = [s for s in sampler.samples if len(s[1]) == 2 and min(s[1].values()) >= 0.55]
+    assert both, sampler.samples[-3:]
+    by_role = sampler.by_role_at(both[-1][0])
+    assert set(by_role) == {"driver", "other"} and min(by_role.values()) >= 0.55, by_role
+    assert sum(by_role.values()) == pytest.approx(sum(both[-1][1].values()), abs=0.02)
+    assert sampler.by_role_at(sampler.samples[0][0] - 1.0) == {}  # nothing before the first sample
