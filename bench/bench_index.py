@@ -245,6 +245,11 @@ def _startup(d: Dict[str, Any]) -> List[str]:
     ms = d["milestones_s"]
     return ["median seconds from launch: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in ms.items()),
             f"serial floor {d['floor_total_s']:.1f} s: " + "; ".join(f"{k} {v:.1f}" for k, v in d["floor_s"].items()),
+            ] + ([f"CPU floor {d['cpu_floor_s']:.1f} s: {d['cpu_total_s']:.1f} CPU-s of every process to the first "
+                  f"learner step over {d['cores']} cores (" + ", ".join(
+                      f"{k.replace('_', ' ')} {v:.1f}" for k, v in sorted(d["cpu_to_first_learner_step_s"].items(),
+                                                                        key=lambda kv: -kv[1])) + ")"]
+                 if d.get("cpu_floor_s") is not None else []) + [
             f"issue 31's target for the first learner step: {d['target_first_learner_step_s']:g} s"] + ([
             f"baseline {(d['baseline']['git_sha'] or '')[:7]}, run alternately: " + ", ".join(
                 f"{k.replace('_', ' ')} {v:.1f}" for k, v in d["baseline"]["milestones_s"].items())

@@ -303,7 +303,8 @@ def process_role(pid, cmdline):
         return "driver"
     head = cmdline.split("\0")[0] if cmdline else ""
     for prefix, role in (("ray::LearnerWorker", "learner"), ("ray::ActorWorker", "actors"),
-                         ("ray::Evaluator", "evaluator"), ("ray::", "ray_other_workers")):
+                         ("ray::Evaluator", "evaluator"), ("ray::DashboardAgent", "ray_agents"),
+                         ("ray::RuntimeEnvAgent", "ray_agents"), ("ray::", "ray_other_workers")):
         if head.startswith(prefix):
             return role
     if "ray" in cmdline or "raylet" in cmdline or "gcs_server" in cmdline:
