@@ -215,8 +215,13 @@ class _lean_local_services:  # pylint: disable=invalid-name
       ``dashboard.py`` with its usage-stats module alone, and ``ray.init``
       polls until that process has written its address: about 2 s of the
       start-up and 1.1-1.5 CPU-s on 2 cores, for a head that serves nothing
-      here (no job API, no state API). Ray's own ``ray start`` clusters are
-      not touched.
+      here (no job API, no state API);
+    - the raylet's dashboard agent runs as in Ray's minimal install: Ray
+      decides that by importing the dashboard's optional dependencies
+      (aiohttp and the rest, ~0.2 s in the driver, on ``ray.init``'s path),
+      and a private instance needs none of the agent's HTTP modules.
+
+    Ray's own ``ray start`` clusters are not touched.
     """
 
     def __init__(self, log_to_driver: bool):
@@ -244,6 +249,12 @@ class _lean_local_services:  # pylint: disable=invalid-name
         self._saved_api_server = getattr(self._node_class, "start_api_server", None)
         if callable(self._saved_api_server):
             self._node_class.start_api_server = _no_api_server
+        from ray._private import utils  # pylint: disable=g-import-not-at-top
+
+        self._utils = utils
+        self._saved_dependency_check = getattr(utils, "get_dashboard_dependency_error", None)
+        if callable(self._saved_dependency_check):
+            utils.get_dashboard_dependency_error = _minimal_dashboard_agent
         return self
 
     def __exit__(self, *exc_info):
@@ -251,7 +262,14 @@ class _lean_local_services:  # pylint: disable=invalid-name
             self._parameter.RayParams = self._saved
         if callable(self._saved_api_server):
             self._node_class.start_api_server = self._saved_api_server
+        if callable(self._saved_dependency_check):
+            self._utils.get_dashboard_dependency_error = self._saved_dependency_check
         return False
+
+
+def _minimal_dashboard_agent() -> ImportError:
+    """``get_dashboard_dependency_error`` inside ``_lean_local_services``: the agent starts ``--minimal``."""
+    return ImportError("rlplat's local Ray instance runs the dashboard agent without its optional modules")
 
 
 def _no_api_server(self, **unused_kwargs) -> None:  # pylint: disable=unused-argument

@@ -39,6 +39,15 @@ def test_the_dashboard_head_is_skipped_inside_the_block_only():
     assert node.Node.start_api_server is original
 
 
+def test_the_dashboard_agent_is_told_to_run_minimal_inside_the_block_only():
+    from ray._private import utils  # pylint: disable=g-import-not-at-top
+
+    original = utils.get_dashboard_dependency_error
+    with cluster._lean_local_services(log_to_driver=False):
+        assert isinstance(utils.get_dashboard_dependency_error(), ImportError)
+    assert utils.get_dashboard_dependency_error is original
+
+
 def test_local_instance_runs_no_monitors_and_no_idle_prestarted_workers():
     assert not ray.is_initialized()
     connection = cluster.connect(num_cpus=2)
@@ -53,7 +62,12 @@ def test_local_instance_runs_no_monitors_and_no_idle_prestarted_workers():
         session = [n for n in names if connection.session_dir.rsplit("/", 1)[-1] in n or "ray::" in n]
         assert any("gcs_server" in n for n in names), names
         assert not [n for n in session if "log_monitor.py" in n or "autoscaler/_private/monitor.py" in n]
-        assert any("dashboard/agent.py" in n for n in names), names  # the raylet's agent still runs
+        # The raylet still starts its dashboard agent, with the command line of Ray's minimal install.
+        assert any(n.startswith("ray::DashboardAgent") for n in names), names
+        raylets = [n for n in names if "raylet/raylet" in n]
+        assert len(raylets) == 1 and "--dashboard_agent_command=" in raylets[0], names
+        agent_command = raylets[0].split("--dashboard_agent_command=", 1)[1].split(" --runtime_env_agent", 1)[0]
+        assert "dashboard/agent.py" in agent_command and "--minimal" in agent_command, agent_command
         assert not [n for n in names if "dashboard/dashboard.py" in n], names  # no dashboard head
         assert not [n for n in names if n.startswith("ray::IDLE")], names
 
