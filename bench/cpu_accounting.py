@@ -232,8 +232,12 @@ class CpuSampler:
 
     def _run(self):
         while not self._stop.is_set():
-            self.samples.append((time.time(), processes_cpu(), system_cpu()))
+            self.samples.append((time.time(), self._processes(), system_cpu()))
             self._stop.wait(self._period)
+
+    def _processes(self):
+        """{pid: (role, cpu_s)} of the processes this sampler watches: every one on the machine."""
+        return processes_cpu()
 
     def between(self, t0, t1):
         """CPU cores used per role from the first sample at or after t0 to the last at or before t1.
@@ -313,6 +317,11 @@ def process_role(pid, cmdline):
 
 
 def processes_cpu():
+    return {pid: (process_role(pid, cmdline), cpu) for pid, (_, cpu, cmdline) in proc_stats().items()}
+
+
+def proc_stats():
+    """{pid: (parent pid, CPU seconds, NUL-separated command line)} of every process in /proc."""
     tick = os.sysconf("SC_CLK_TCK")
     out = {}
     for entry in os.listdir("/proc"):
@@ -326,8 +335,7 @@ def processes_cpu():
         except OSError:
             continue
         fields = stat[stat.rindex(")") + 2:].split()
-        pid = int(entry)
-        out[pid] = (process_role(pid, cmdline), (int(fields[11]) + int(fields[12])) / tick)
+        out[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / tick, cmdline)
     return out
 
 
@@ -338,7 +346,7 @@ def system_cpu():
     return (sum(values) - idle), sum(values)
 
 
-class DescendantCpuSampler:
+class DescendantCpuSampler(CpuSampler):
     """CPU seconds of every process this process starts (children, their children...), by role, in a thread.
 
     For a command's start-up: what all of its processes (the driver, Ray's
@@ -350,53 +358,22 @@ class DescendantCpuSampler:
     """
 
     def __init__(self, period_s: float = 0.2):
-        self._period = period_s
-        self._stop = threading.Event()
+        super().__init__(period_s)
         self._roles = {}
-        self.samples = []  # (time.time(), {pid: cpu_s})
-        self._thread = threading.Thread(target=self._run, name="descendant-cpu", daemon=True)
 
-    def start(self):
-        self._thread.start()
-        return self
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self):
-        while not self._stop.is_set():
-            self.samples.append((time.time(), self._descendants()))
-            self._stop.wait(self._period)
-
-    def _descendants(self):
-        tick, me = os.sysconf("SC_CLK_TCK"), os.getpid()
-        parent, cpu, cmdlines = {}, {}, {}
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    stat = f.read()
-                with open(f"/proc/{entry}/cmdline") as f:
-                    cmdlines[int(entry)] = f.read()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2:].split()
-            parent[int(entry)] = int(fields[1])
-            cpu[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+    def _processes(self):
+        me, stats = os.getpid(), proc_stats()
         out = {}
-        for pid in cpu:
-            chain, up = [], pid
-            while up in parent and up != me and len(chain) < 64:
-                chain.append(up)
-                up = parent[up]
-            if up != me or not chain:
+        for pid, (_, cpu, cmdline) in stats.items():
+            depth, up = 0, pid
+            while up in stats and up != me and depth < 64:
+                depth, up = depth + 1, stats[up][0]
+            if up != me or not depth:
                 continue
-            role = "driver" if len(chain) == 1 else process_role(pid, cmdlines.get(pid, ""))
+            role = "driver" if depth == 1 else process_role(pid, cmdline)
             if role != "other" or pid not in self._roles:
                 self._roles[pid] = role
-            out[pid] = cpu[pid]
+            out[pid] = (self._roles[pid], cpu)
         return out
 
     def by_role_at(self, wall_time):
@@ -405,7 +382,7 @@ class DescendantCpuSampler:
         if not before:
             return {}
         roles = {}
-        for pid, seconds in before[-1][1].items():
-            role = self._roles.get(pid, "other")
+        for pid, (_, seconds) in before[-1][1].items():
+            role = self._roles.get(pid, "other")  # the last role seen, not the one at that sample
             roles[role] = roles.get(role, 0.0) + seconds
         return {k: round(v, 2) for k, v in sorted(roles.items(), key=lambda x: -x[1])}

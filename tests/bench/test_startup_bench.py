@@ -71,9 +71,9 @@ def test_the_sampler_counts_the_cpu_of_a_child_and_of_its_child_by_role():
         sampler.stop()
     # The child is the driver; its child (no Ray in its command line) is "other". (Under pytest-xdist
     # the worker may have children of its own from earlier tests: they are descendants too.)
-    both = [s for s in sampler.samples if sum(cpu >= 0.55 for cpu in s[1].values()) >= 2]
+    both = [s for s in sampler.samples if sum(cpu >= 0.55 for _, cpu in s[1].values()) >= 2]
     assert both, sampler.samples[-3:]
     by_role = sampler.by_role_at(both[-1][0])
     assert by_role["driver"] >= 0.55 and by_role["other"] >= 0.55, by_role
-    assert sum(by_role.values()) == pytest.approx(sum(both[-1][1].values()), abs=0.02)
+    assert sum(by_role.values()) == pytest.approx(sum(cpu for _, cpu in both[-1][1].values()), abs=0.02)
     assert sampler.by_role_at(sampler.samples[0][0] - 1.0) == {}  # nothing before the first sample
