@@ -243,27 +243,23 @@ class _lean_local_services:  # pylint: disable=invalid-name
                     super().__init__(*args, **kwargs)
 
             parameter.RayParams = LeanRayParams
-        from ray._private import node  # pylint: disable=g-import-not-at-top
+        from ray._private import node, utils  # pylint: disable=g-import-not-at-top
 
-        self._node_class = getattr(node, "Node", None)
-        self._saved_api_server = getattr(self._node_class, "start_api_server", None)
-        if callable(self._saved_api_server):
-            self._node_class.start_api_server = _no_api_server
-        from ray._private import utils  # pylint: disable=g-import-not-at-top
-
-        self._utils = utils
-        self._saved_dependency_check = getattr(utils, "get_dashboard_dependency_error", None)
-        if callable(self._saved_dependency_check):
-            utils.get_dashboard_dependency_error = _minimal_dashboard_agent
+        # (owner, attribute, original); a Ray without one of them starts that part as it always did.
+        self._replaced = []
+        for owner, name, replacement in ((getattr(node, "Node", None), "start_api_server", _no_api_server),
+                                         (utils, "get_dashboard_dependency_error", _minimal_dashboard_agent)):
+            original = getattr(owner, name, None)
+            if callable(original):
+                setattr(owner, name, replacement)
+                self._replaced.append((owner, name, original))
         return self
 
     def __exit__(self, *exc_info):
         if isinstance(self._saved, type):
             self._parameter.RayParams = self._saved
-        if callable(self._saved_api_server):
-            self._node_class.start_api_server = self._saved_api_server
-        if callable(self._saved_dependency_check):
-            self._utils.get_dashboard_dependency_error = self._saved_dependency_check
+        for owner, name, original in reversed(self._replaced):
+            setattr(owner, name, original)
         return False
 
 
