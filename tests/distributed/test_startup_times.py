@@ -30,3 +30,19 @@ def test_the_launch_time_is_this_process_start():
 
     launched = startup_times.process_launch_time()
     assert launched <= time.time() and time.time() - launched < 24 * 3600
+
+
+def test_a_command_exec_d_by_a_shell_after_other_work_counts_from_its_own_start():
+    """README command (a) is ``setup.sh && rlplat train``: a shell may exec rlplat in its own, older process."""
+    import os
+    import subprocess
+    import sys
+
+    child = ("import time; from rlplat.distributed.startup_times import StartupTimes, process_launch_time; "
+             "t = time.time(); print(t - StartupTimes().launched, t - process_launch_time())")
+    done = subprocess.run(["bash", "-c", f'sleep 2 && exec "{sys.executable}" -c "{child}"'], check=True,
+                          capture_output=True, text=True, timeout=120,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    since_start, since_process_creation = (float(x) for x in done.stdout.split())
+    assert since_process_creation >= 2.0  # the shell's process, created before its 2 s of other work
+    assert 0.0 <= since_start < since_process_creation - 1.5, done.stdout  # launched when rlplat began
