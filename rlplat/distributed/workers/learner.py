@@ -148,8 +148,7 @@ class LearnerWorker(LearnerService):
         # The first step's trace needs no data: it runs now, beside the driver's placement
         # report and the actors' start, instead of after the first train() call. That call
         # waits for it on the step lock and, if it failed, traces again and raises there.
-        self._tracer = threading.Thread(target=self._trace_first_step, name="trace-first-step", daemon=True)
-        self._tracer.start()
+        threading.Thread(target=self._trace_first_step, name="trace-first-step", daemon=True).start()
 
     def _trace_first_step(self) -> None:
         with self._step_lock:
