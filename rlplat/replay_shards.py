@@ -89,4 +89,6 @@ def zip_shards(datasets: Sequence[Any], concat: Callable[[List[Any]], Any]) -> A
 
     if len(datasets) == 1:
         return datasets[0]
-    return tf.data.Dataset.zip(tuple(datasets)).map(lambda *parts: concat(list(parts)))
+    # Restructuring only: AutoGraph would convert ``concat`` and the dm-tree code it calls for nothing.
+    return tf.data.Dataset.zip(tuple(datasets)).map(
+        tf.autograph.experimental.do_not_convert(lambda *parts: concat(list(parts))))

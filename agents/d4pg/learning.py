@@ -46,6 +46,10 @@ from rlplat.replay import datasets as replay_datasets
 from rlplat.replay_fed_learner import ReplayFedLearner
 from rlplat.utils.optimizers import FusedAdam, apply_gradients_cross_replica
 
+# The step holds no Python control flow on tensors, so AutoGraph is told not to rewrite it (nor,
+# under it, the networks' calls): each learner process would convert it before its first step.
+_NOT_CONVERTED = tf.autograph.experimental.do_not_convert
+
 # What the NaN guard watches (in this order) and what to change for each.
 _GUARDED = ("critic loss", "policy loss", "critic gradient", "policy gradient")
 _FIXES = {"critic loss": "lower --critic-learning-rate", "critic gradient": "lower --critic-learning-rate",
@@ -125,6 +129,7 @@ class D4PGLearner(ReplayFedLearner):
         self._serve(self.policy.variables)
 
     # ------------------------------------------------------------------- step
+    @_NOT_CONVERTED
     def _losses_and_grads(self, batch):
         """Per-replica losses and gradients (no collectives: XLA-compilable)."""
         o_tm1, a_tm1, r_t, d_t, o_t = batch
@@ -151,6 +156,7 @@ class D4PGLearner(ReplayFedLearner):
         policy_grads = tape.gradient(policy_loss, policy_vars)
         return critic_loss, policy_loss, tf.reduce_mean(dpg_q), critic_grads, policy_grads
 
+    @_NOT_CONVERTED
     def _step_fn(self, batch) -> Dict[str, tf.Tensor]:
         """One learner step on this replica's batch (see module docstring)."""
         critic_loss, policy_loss, mean_q, critic_grads, policy_grads = self._grads_fn(tuple(batch))

@@ -29,6 +29,8 @@ from rlplat import replay_shards as shards
 from rlplat.replay.packing import TransitionPacking
 from rlplat.replay.signature import as_transition
 
+_NOT_CONVERTED = tf.autograph.experimental.do_not_convert
+
 DEFAULT_RATE_LIMITER_TIMEOUT_MS = 120_000
 
 
@@ -137,12 +139,13 @@ def make_transition_dataset(
     # Static batch shapes (drop_remainder) are what tf.distribute and XLA want;
     # the remainder only exists when the dataset ends, i.e. on a timeout.
     dataset = dataset.batch(batch_size, drop_remainder=True)
+    # The maps restructure tensors only. Left to AutoGraph, tf.data would convert them and every
+    # dm-tree function they reach, the bulk of a learner's build.
     if packing is not None:
         # Unpacking a whole batch is one split: cheaper than per item.
-        dataset = dataset.map(
-            lambda sample: sample._replace(data=packing.unpack(sample.data)))
+        dataset = dataset.map(_NOT_CONVERTED(lambda sample: sample._replace(data=packing.unpack(sample.data))))
     if not keep_info:
-        dataset = dataset.map(lambda sample: sample.data)
+        dataset = dataset.map(_NOT_CONVERTED(lambda sample: sample.data))
     return dataset.prefetch(prefetch)
 
 

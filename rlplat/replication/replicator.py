@@ -296,6 +296,7 @@ def _timed_next(iterator):
         return batch, tf.timestamp() - start
 
 
+@tf.autograph.experimental.do_not_convert  # a dict update: nothing for AutoGraph to rewrite
 def _with_wait(outputs, wait):
     if isinstance(outputs, dict) and "input_wait_s" not in outputs:
         return {**outputs, "input_wait_s": wait}

@@ -58,7 +58,7 @@ class VariableExport:
 
     def __init__(self, variables: Sequence[tf.Variable]):
         self._variables = list(variables)
-        self._read = tf.function(lambda: [v.read_value() for v in self._variables])
+        self._read = tf.function(lambda: [v.read_value() for v in self._variables], autograph=False)
         self._lock = threading.Lock()
         self._cached: Tuple[int, Optional[List[np.ndarray]]] = (-1, None)
 

@@ -90,3 +90,38 @@ def test_factories_work_together_over_real_reverb():
         adder.close()
     finally:
         server.stop()
+
+
+def test_the_learner_leaves_autograph_only_the_replicator_s_loop_to_convert(monkeypatch):
+    """Start-up: AutoGraph's conversions were the largest Python cost of a learner's build and first trace.
+
+    The step, the networks, the NaN guard and the replay dataset's maps have no
+    Python control flow on tensors, so only the replicator's multi-step loop
+    (a ``for`` over ``tf.range``) and its wrapper are converted. A fresh
+    converter (empty cache) makes every conversion visible here, whatever
+    earlier tests in this process converted.
+    """
+    from tensorflow.python.autograph.impl import api  # pylint: disable=g-import-not-at-top
+    from tensorflow.python.autograph.pyct import transpiler  # pylint: disable=g-import-not-at-top
+
+    from rlplat import replication  # pylint: disable=g-import-not-at-top
+
+    converted = []
+    transform = transpiler.PyToPy.transform_function
+
+    def recording(self, fn, *args, **kwargs):
+        converted.append(getattr(fn, "__qualname__", repr(fn)))
+        return transform(self, fn, *args, **kwargs)
+
+    monkeypatch.setattr(api, "_TRANSPILER", api.PyToTF())
+    monkeypatch.setattr(transpiler.PyToPy, "transform_function", recording)
+    builder = D4PGBuilder(small_config(min_replay_size=8), steps_per_call=2)
+    (table,) = builder.make_replay_tables(SPEC, 1)
+    server = make_server([table.replace(rate_limiter=reverb.rate_limiters.MinSize(8))])
+    try:
+        learner = builder.make_learner(SPEC, replication.make_replicator(1), f"localhost:{server.port}")
+        learner.trace()
+    finally:
+        server.stop()
+    assert sorted(set(converted)) == ["Replicator._make_replicated.<locals>.replicated",
+                                      "Replicator._steps_loop.<locals>.loop"], converted
