@@ -45,11 +45,16 @@ def import_tensorflow():
     quiet_logs()
     sys.stderr.flush()
     saved_fd = os.dup(2)
+    skip_pandas = _SkipPandas() if "pandas" not in sys.modules else None
     with tempfile.TemporaryFile() as capture:
         os.dup2(capture.fileno(), 2)  # C++ logging writes to fd 2 directly
         try:
+            if skip_pandas is not None:
+                sys.meta_path.insert(0, skip_pandas)
             import tensorflow as tf  # pylint: disable=g-import-not-at-top
         finally:
+            if skip_pandas is not None:
+                sys.meta_path.remove(skip_pandas)
             os.dup2(saved_fd, 2)
             os.close(saved_fd)
             capture.seek(0)
@@ -58,6 +63,21 @@ def import_tensorflow():
                                      if not _HARMLESS_IMPORT_LINES.search(line)))
             sys.stderr.flush()
     return tf
+
+
+class _SkipPandas:  # pylint: disable=too-few-public-methods
+    """A finder that makes ``import pandas`` fail while TensorFlow imports.
+
+    Keras's data adapter imports pandas if it can, only so that ``Model.fit``
+    takes DataFrames, which no rlplat learner calls; that import is about a
+    tenth of TensorFlow's. Keras treats pandas as absent then; a later
+    ``import pandas`` in the process works as usual.
+    """
+
+    def find_spec(self, name, path=None, target=None):  # pylint: disable=unused-argument
+        if name == "pandas" or name.startswith("pandas."):
+            raise ModuleNotFoundError(f"{name} is not imported with TensorFlow here", name=name)
+        return None
 
 
 def available_cpus() -> int:
