@@ -85,10 +85,15 @@ class Driver:
             self._start()
             self.phases["startup_s"] = time.monotonic() - started
             if self.counts.actor_steps >= self.experiment.budget:
+                self.workers.report_placement()
                 self.loop.stop_reason = "max_actor_steps"
                 self.console.message(f"run already has {self.counts.actor_steps:,} actor steps "
                                      f"(--max-actor-steps {self.experiment.max_actor_steps:,}); nothing to do")
             else:
+                # The first tasks go out before the placement report waits for every worker's
+                # answer (each one's start): the actors fill replay meanwhile.
+                self.loop.begin()
+                self.workers.report_placement()
                 self.loop.run()
             mark = time.monotonic()
             self._finish(self.layout.stop_timeout_s, final_eval=True)

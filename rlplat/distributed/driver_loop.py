@@ -93,14 +93,19 @@ class ControlLoop(ActorCare, ReplayWatch):
         self.next_status_publish = 0.0  # monotonic time of the next status_board snapshot
         self.status_publish_failed = False
 
-    def run(self) -> None:
-        """Runs the control loop under the experiment's schedule until the learner has stopped."""
+    def begin(self) -> None:
+        """Gives the learner its first train call and the actors their first chunks (``run`` goes on)."""
         now = time.monotonic()
         self.loop_started = now
         self.env_rate.update(self.counts.actor_steps, now)
         self.learn_rate.update(self.counts.learner_steps, now)
         self._submit_train()
         self._tend_actors()
+
+    def run(self) -> None:
+        """Runs the control loop under the experiment's schedule until the learner has stopped."""
+        if self.loop_started is None:
+            self.begin()
         stop_event = self.stop_event
         self.controller.run(self, None if stop_event is None else stop_event.is_set)
         self.stop_reason = self.controller.stop_reason

@@ -17,9 +17,11 @@ already failed then). The ``LearnerGroup`` actor coordinating them holds no
 resources and is pinned next to the chief (role ``"learner_group"``), since
 it forwards every weight pull to the chief.
 
-``locate(named_handles, nodes, timeout_s)`` asks each live worker for its
-node and returns one record per worker; ``describe`` makes console lines of
-it. The driver prints them at start and stores them in ``run_info.json``.
+``ask_locations(named_handles)`` asks each live worker for its node, and
+``collect_locations`` turns the answers into one record per worker;
+``describe`` makes console lines of them. The driver asks before it gives the
+workers their first tasks, collects once they run, prints the lines and
+stores the records in ``run_info.json``.
 """
 
 from __future__ import annotations
@@ -63,19 +65,28 @@ def _where_am_i(_worker) -> Dict[str, Any]:
             "tensorflow": "tensorflow" in sys.modules}
 
 
-def locate(named_handles: Sequence[Tuple[str, Any]], nodes: Sequence[resources.NodeInfo],
-           timeout_s: float, wait: Optional[Callable[..., Any]] = None
-           ) -> Dict[str, Optional[Dict[str, Any]]]:
-    """``{name: {"node_id", "node_ip", "custom_resources", "pid", "tensorflow"}}`` for each worker.
+def ask_locations(named_handles: Sequence[Tuple[str, Any]]) -> Dict[str, Any]:
+    """Asks each worker where it runs; ``{name: ref}`` for ``collect_locations``.
 
-    Each worker runs ``_where_am_i`` through Ray's ``__ray_call__`` (after its
-    ``__init__``, on the live process). A worker that does not answer within
-    ``timeout_s`` in total, or has died, maps to None: the report never holds
-    up or fails a run. ``wait(refs, num_returns, timeout_s)`` replaces
-    ``ray.wait`` (the driver's waits in slices, to act on signals).
+    Each worker runs ``_where_am_i`` through Ray's ``__ray_call__``, after its
+    ``__init__``, on the live process. Ray runs an actor's calls in the order
+    they were sent, so asking before giving a worker its first task gets the
+    answer without waiting for that task.
     """
-    refs = {name: handle.__ray_call__.remote(_where_am_i) for name, handle in named_handles
+    return {name: handle.__ray_call__.remote(_where_am_i) for name, handle in named_handles
             if handle is not None}
+
+
+def collect_locations(refs: Mapping[str, Any], nodes: Sequence[resources.NodeInfo],
+                      timeout_s: float, wait: Optional[Callable[..., Any]] = None
+                      ) -> Dict[str, Optional[Dict[str, Any]]]:
+    """``{name: {"node_id", "node_ip", "custom_resources", "pid", "tensorflow"}}`` for ``ask_locations``'s refs.
+
+    A worker that does not answer within ``timeout_s`` in total, or has
+    died, maps to None: the report never holds up or fails a run.
+    ``wait(refs, num_returns, timeout_s)`` replaces ``ray.wait`` (the
+    driver's waits in slices, to act on signals).
+    """
     if wait is None:
         done, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=timeout_s)
     else:

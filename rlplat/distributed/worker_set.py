@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import uuid
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import ray
 
@@ -72,6 +72,7 @@ class WorkerSet:
         self.evaluator = None
         self.slots: List[ActorSlot] = []
         self.node_placement: Optional[Dict[str, Any]] = None
+        self._placement_asked: Optional[Tuple[Dict[str, Any], int]] = None  # (refs by name, learner workers)
         self._actor_cls: Any = None
 
     # ---------------------------------------------------------------- start
@@ -190,7 +191,7 @@ class WorkerSet:
             self.console.message("--debug-eager: learner steps run eagerly (slow); a breakpoint() in "
                                  "the step function waits for `ray debug` (run it in another terminal)")
         self.replay_restore = self.replay_restore or ready.get("replay_restore")
-        self._report_placement()
+        self._ask_placement()
         return ready
 
     def _warn_if_shared(self, what: str) -> None:
@@ -236,21 +237,31 @@ class WorkerSet:
                                       weights_per_node=layout.weights_per_node,
                                       weight_relay=layout.weight_relay)
 
-    def _report_placement(self) -> None:
-        """Prints the node each worker landed on; records it in run_info.json.
-
-        With a learner group, each learner worker (process) gets its own
-        record and line, ``learner worker <i>`` with ``worker_index`` and
-        ``is_chief``; ``learner group`` is the coordinating actor.
-        """
+    def _ask_placement(self) -> None:
+        """Asks every worker where it runs, before any has a task (``report_placement`` collects)."""
         members = self._learner_group_members()
         named = [("learner group" if members else "learner", self.learner), ("replay", self.replay)]
         named += [(f"replay shard {i}", handle) for i, handle in enumerate(self.replay_shards[1:], 1)]
         named += [(f"learner worker {i}", handle) for i, handle in enumerate(members)]
         named += [("evaluator", self.evaluator)] + [(f"actor {s.index}", s.handle) for s in self.slots]
-        self.node_placement = placement.locate(named, self.nodes, self.layout.call_timeout_s,
-                                               wait=self.calls.wait)
-        for i in range(len(members)):
+        self._placement_asked = (placement.ask_locations(named), len(members))
+
+    def report_placement(self) -> None:
+        """Prints the node each worker landed on; records it in run_info.json.
+
+        Call it after ``await_ready``; the driver does once the learner and
+        actors have their first tasks, so that the wait for the other workers'
+        answers (each one's start) is not on the way to the first step. With a
+        learner group, each learner worker (process) gets its own record and
+        line, ``learner worker <i>`` with ``worker_index`` and ``is_chief``;
+        ``learner group`` is the coordinating actor.
+        """
+        if self._placement_asked is None:
+            return
+        (refs, num_members), self._placement_asked = self._placement_asked, None
+        self.node_placement = placement.collect_locations(refs, self.nodes, self.layout.call_timeout_s,
+                                                          wait=self.calls.wait)
+        for i in range(num_members):
             where = self.node_placement.get(f"learner worker {i}")
             self.node_placement[f"learner worker {i}"] = where and {**where, "worker_index": i,
                                                                      "is_chief": i == 0}
