@@ -58,6 +58,11 @@ class ReplayFedLearner(core.Learner):
     _guard: nonfinite.NonFiniteGuard
     precision: Optional[precision_lib.Resolved] = None  # set by _resolve_precision
 
+    # AutoGraph converts ``_step_fn`` (and what it calls) in each learner process's first trace, so
+    # a Python ``if`` on a tensor works there. An agent whose step has no such control flow sets
+    # this False: the conversion, a large share of that trace, is skipped (docs/measurements.md).
+    STEP_AUTOGRAPH = True
+
     def __init__(self, replicator: Any, iterator: Iterator, *, steps_per_call: int = 8,
                  replay_address: Optional[str] = None, replay_table: Optional[str] = None,
                  rate_limiter_timeout_ms: int = DEFAULT_RATE_LIMITER_TIMEOUT_MS, step_timeout_s: float = 60.0):
@@ -72,7 +77,9 @@ class ReplayFedLearner(core.Learner):
         self._runner = watchdog.CallRunner()
         self._steps: Optional[variable_export.StepMirror] = None
         self._export: Optional[variable_export.VariableExport] = None
-        self._step = self._step_fn  # One bound-method object: the Replicator caches per step_fn.
+        # One callable object: the Replicator caches per step_fn.
+        self._step = (self._step_fn if self.STEP_AUTOGRAPH
+                      else tf.autograph.experimental.do_not_convert(self._step_fn))
 
     def _resolve_precision(self, config: Any) -> precision_lib.Resolved:
         """``config.precision`` resolved for this learner (its devices, this CPU, the agent's declared parity:

@@ -17,14 +17,11 @@ from rlplat import replication
 from rlplat.replay_fed_learner import ReplayFedLearner
 from rlplat.utils.optimizers import apply_gradients_cross_replica
 
-# The step holds no Python control flow on tensors, so AutoGraph is told not to rewrite it (nor,
-# under it, the networks' calls): each learner process would convert it before its first step.
-_NOT_CONVERTED = tf.autograph.experimental.do_not_convert
-
 
 class BCLearner(ReplayFedLearner):
     """Fits ``policy(observation)`` to the teacher's action, from per-replica batches of the data set."""
 
+    STEP_AUTOGRAPH = False  # no Python control flow on tensors in the step
     NAME = "BC"
     FIXES = {"*": "lower --learning-rate or check the data set"}
 
@@ -40,12 +37,10 @@ class BCLearner(ReplayFedLearner):
             self._make_step_counter(("loss", "gradient"))
         self._serve(self.policy.variables)
 
-    @_NOT_CONVERTED
     def _step_fn(self, batch) -> Dict[str, tf.Tensor]:
         with tf.GradientTape() as tape:  # this replica's mean loss:
             loss = tf.reduce_mean(tf.square(self.policy(batch["observation"]) - batch["action"]))
-        grads, mean_loss = replication.all_reduce([tape.gradient(loss, self.policy.trainable_variables), loss],
-                                                  "mean")
+        grads, mean_loss = replication.all_reduce([tape.gradient(loss, self.policy.trainable_variables), loss], "mean")
         self._guard.apply_if_finite([mean_loss, tf.linalg.global_norm(grads)], self.step_counter,
                                     self._apply, grads)
         return {"loss": loss}

@@ -46,10 +46,6 @@ from rlplat.replay import datasets as replay_datasets
 from rlplat.replay_fed_learner import ReplayFedLearner
 from rlplat.utils.optimizers import FusedAdam, apply_gradients_cross_replica
 
-# The step holds no Python control flow on tensors, so AutoGraph is told not to rewrite it (nor,
-# under it, the networks' calls): each learner process would convert it before its first step.
-_NOT_CONVERTED = tf.autograph.experimental.do_not_convert
-
 # What the NaN guard watches (in this order) and what to change for each.
 _GUARDED = ("critic loss", "policy loss", "critic gradient", "policy gradient")
 _FIXES = {"critic loss": "lower --critic-learning-rate", "critic gradient": "lower --critic-learning-rate",
@@ -67,6 +63,7 @@ class D4PGLearner(ReplayFedLearner):
       step_counter: int64 variable, learner steps taken (checkpointed).
     """
 
+    STEP_AUTOGRAPH = False  # no Python control flow on tensors in the step
     NAME = "D4PG"
     FIXES = _FIXES
 
@@ -124,12 +121,11 @@ class D4PGLearner(ReplayFedLearner):
         self._atoms = self.critic.atoms
         self._copy_targets()  # Targets start equal to the online networks (step 0).
 
-        self._grads_fn = tf.function(self._losses_and_grads, jit_compile=jit_compile)
+        self._grads_fn = tf.function(self._losses_and_grads, jit_compile=jit_compile, autograph=False)
         self._copy_fn = tf.function(self._copy_targets)
         self._serve(self.policy.variables)
 
     # ------------------------------------------------------------------- step
-    @_NOT_CONVERTED
     def _losses_and_grads(self, batch):
         """Per-replica losses and gradients (no collectives: XLA-compilable)."""
         o_tm1, a_tm1, r_t, d_t, o_t = batch
@@ -156,7 +152,6 @@ class D4PGLearner(ReplayFedLearner):
         policy_grads = tape.gradient(policy_loss, policy_vars)
         return critic_loss, policy_loss, tf.reduce_mean(dpg_q), critic_grads, policy_grads
 
-    @_NOT_CONVERTED
     def _step_fn(self, batch) -> Dict[str, tf.Tensor]:
         """One learner step on this replica's batch (see module docstring)."""
         critic_loss, policy_loss, mean_q, critic_grads, policy_grads = self._grads_fn(tuple(batch))
@@ -190,8 +185,7 @@ class D4PGLearner(ReplayFedLearner):
 
     def _copy_targets(self) -> None:
         # Cross-replica context: assigning a mirrored variable updates every copy.
-        for online, target in ((self.policy, self.target_policy),
-                               (self.critic, self.target_critic)):
+        for online, target in ((self.policy, self.target_policy), (self.critic, self.target_critic)):
             for src, dst in zip(online.variables, target.variables):
                 dst.assign(src)
 

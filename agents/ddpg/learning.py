@@ -11,10 +11,6 @@ from rlplat.utils.bf16_dense import dense_class
 from rlplat.replay_fed_learner import ReplayFedLearner
 from rlplat.utils.optimizers import FusedAdam
 
-# The step holds no Python control flow on tensors, so AutoGraph is told not to rewrite it (nor,
-# under it, the networks' calls): each learner process would convert it before its first step.
-_NOT_CONVERTED = tf.autograph.experimental.do_not_convert
-
 
 def make_networks(config, environment_spec, precision: str = "fp32"):
     """Built MLPs: policy obs [B, O] -> tanh actions [B, A]; critic [obs [B, O], action [B, A]] -> Q [B].
@@ -42,6 +38,7 @@ def make_networks(config, environment_spec, precision: str = "fp32"):
 class DDPGLearner(ReplayFedLearner):
     """``policy``, ``critic``, ``target_*`` copies, Adam optimizers; ``kwargs`` go to ``ReplayFedLearner``."""
 
+    STEP_AUTOGRAPH = False  # no Python control flow on tensors in the step
     NAME = "DDPG"
     GUARDED = ("critic loss", "policy loss", "critic gradient", "policy gradient")  # NaN guard: in this order
     FIXES = {**{name: f"lower --{name.split()[0]}-learning-rate" for name in GUARDED}, "*": "check the rewards"}
@@ -62,7 +59,6 @@ class DDPGLearner(ReplayFedLearner):
         self._update_targets(1.0)  # Targets start equal to the online networks.
         self._serve(self.policy.variables)
 
-    @_NOT_CONVERTED
     def _losses_and_grads(self, batch):
         """This replica's mean losses and their gradients (no collectives)."""
         o_tm1, a_tm1, r_t, d_t, o_t = batch
@@ -80,7 +76,6 @@ class DDPGLearner(ReplayFedLearner):
         policy_grads = tape.gradient(policy_loss, self.policy.trainable_variables)
         return critic_loss, policy_loss, tf.reduce_mean(q), critic_grads, policy_grads
 
-    @_NOT_CONVERTED
     def _step_fn(self, batch) -> Dict[str, tf.Tensor]:
         critic_loss, policy_loss, mean_q, critic_grads, policy_grads = self._losses_and_grads(tuple(batch))
         # Soft (Polyak) targets after each update, as in the paper, not hard copies every K steps: nothing to cut

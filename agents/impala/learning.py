@@ -44,10 +44,6 @@ from rlplat.replay_fed_learner import ReplayFedLearner
 from rlplat.utils import nonfinite
 from rlplat.utils.optimizers import FusedAdam, apply_gradients_cross_replica
 
-# The step holds no Python control flow on tensors, so AutoGraph is told not to rewrite it (nor,
-# under it, the networks' calls): each learner process would convert it before its first step.
-_NOT_CONVERTED = tf.autograph.experimental.do_not_convert
-
 # What the NaN guard watches (in this order); each part is the global mean.
 _GUARDED = ("policy-gradient loss", "baseline loss", "entropy loss", "gradient")
 _FIXES = {"*": "lower --learning-rate or check the rewards for NaN/Inf"}
@@ -76,6 +72,7 @@ class IMPALALearner(ReplayFedLearner):
       dropped_counter: int64 variable, unrolls dropped for policy lag (checkpointed).
     """
 
+    STEP_AUTOGRAPH = False  # no Python control flow on tensors in the step
     NAME = "IMPALA"
     FIXES = _FIXES
 
@@ -161,7 +158,6 @@ class IMPALALearner(ReplayFedLearner):
              "sum": tf.reduce_sum(weight * shifted, axis=[0, 1]),
              "sum_sq": tf.reduce_sum(weight * tf.square(shifted), axis=[0, 1])}, "sum")
 
-    @_NOT_CONVERTED
     def _step_fn(self, batch) -> Dict[str, tf.Tensor]:
         """One learner step on this replica's batch (see module docstring)."""
         cfg = self._config
