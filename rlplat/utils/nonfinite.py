@@ -80,10 +80,10 @@ class NonFiniteGuard:
         Returns:
           A scalar bool tensor, the same on every replica: True if applied.
         """
-        # Only these lines are AutoGraph's to convert (when the caller's code is converted): the
-        # guard's own graph code below holds no Python control flow on tensors, and converting
-        # it cost more than any other function of a D4PG step's trace. ``apply_fn`` is converted
-        # exactly when the caller's code is, as it was when AutoGraph converted the whole guard.
+        # Only these lines are AutoGraph's to convert (when the caller's code is): the guard's own
+        # graph code below holds no Python control flow on tensors, and converting its nested
+        # functions would slow every learner's first trace. ``apply_fn`` is the caller's code, so
+        # it is converted exactly when the caller's is.
         apply_fn = tf.__internal__.autograph.tf_convert(
             apply_fn, tf.__internal__.autograph.control_status_ctx(), convert_by_default=False)
         return self._apply_if_finite(values, step_counter, apply_fn, *args)
