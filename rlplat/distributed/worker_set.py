@@ -117,11 +117,6 @@ class WorkerSet:
                  f"in {shards} shard processes" if shards > 1 else "in its own process")
         self.console.message(f"placement: {plan.describe()}; replay {where}")
 
-    def start(self) -> Dict[str, Any]:
-        """Starts replay, learner, actors and evaluator; returns the learner's ``ready()`` answer."""
-        self.launch()
-        return self.await_ready()
-
     def launch(self) -> None:
         """Asks Ray for replay, learner, actors and evaluator, without waiting for the learner.
 
