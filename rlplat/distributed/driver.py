@@ -85,6 +85,7 @@ class Driver:
             self._start()
             self.phases["startup_s"] = time.monotonic() - started
             if self.counts.actor_steps >= self.experiment.budget:
+                self.workers.launch_evaluator()  # for the final evaluation
                 self.workers.report_placement()
                 self.loop.stop_reason = "max_actor_steps"
                 self.console.message(f"run already has {self.counts.actor_steps:,} actor steps "
@@ -93,6 +94,7 @@ class Driver:
                 # The first tasks go out before the placement report waits for every worker's
                 # answer (each one's start): the actors fill replay meanwhile.
                 self.loop.begin()
+                self.workers.launch_evaluator()
                 self.workers.report_placement()
                 self.loop.run()
             mark = time.monotonic()

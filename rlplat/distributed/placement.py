@@ -60,9 +60,10 @@ def ray_options(plan: resources.ResourcePlan, role: str, index: int = 0) -> Dict
 
 
 def _where_am_i(_worker) -> Dict[str, Any]:
-    """Runs inside a worker (through ``__ray_call__``): its node ID, process ID, and whether it loaded TensorFlow."""
+    """Runs inside a worker (through ``__ray_call__``): its node ID, process ID, whether it loaded TensorFlow,
+    and the wall-clock time its constructor began (``init_entered``; None for a worker that keeps none)."""
     return {"node_id": ray.get_runtime_context().get_node_id(), "pid": os.getpid(),
-            "tensorflow": "tensorflow" in sys.modules}
+            "tensorflow": "tensorflow" in sys.modules, "init_entered": getattr(_worker, "init_entered", None)}
 
 
 def ask_locations(named_handles: Sequence[Tuple[str, Any]]) -> Dict[str, Any]:
@@ -80,9 +81,9 @@ def ask_locations(named_handles: Sequence[Tuple[str, Any]]) -> Dict[str, Any]:
 def collect_locations(refs: Mapping[str, Any], nodes: Sequence[resources.NodeInfo],
                       timeout_s: float, wait: Optional[Callable[..., Any]] = None
                       ) -> Dict[str, Optional[Dict[str, Any]]]:
-    """``{name: {"node_id", "node_ip", "custom_resources", "pid", "tensorflow"}}`` for ``ask_locations``'s refs.
+    """``{name: {"node_id", "node_ip", "custom_resources", "pid", "tensorflow", "init_entered"}}`` for the refs.
 
-    A worker that does not answer within ``timeout_s`` in total, or has
+    ``refs`` are ``ask_locations``'s. A worker that does not answer within ``timeout_s`` in total, or has
     died, maps to None: the report never holds up or fails a run.
     ``wait(refs, num_returns, timeout_s)`` replaces ``ray.wait`` (the
     driver's waits in slices, to act on signals).

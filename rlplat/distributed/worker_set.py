@@ -118,7 +118,7 @@ class WorkerSet:
         self.console.message(f"placement: {plan.describe()}; replay {where}")
 
     def launch(self) -> None:
-        """Asks Ray for replay, learner, actors and evaluator, without waiting for the learner.
+        """Asks Ray for replay, learner and actors, without waiting for the learner.
 
         The driver does its own set-up (loggers, run records) while the
         workers start; ``await_ready`` then waits for the learner. A replay
@@ -153,9 +153,10 @@ class WorkerSet:
                      weight_publish_period=layout.weight_publish_period,
                      seed=seeding.role_seed(exp.seed, "learner"))
 
-        # Actors and evaluator start now, so their imports overlap with the
-        # learner's build; each asks the learner for the replay address and
-        # its first weights, which Ray answers once the learner is up.
+        # Actors start now, so their imports overlap with the learner's build;
+        # each asks the learner for the replay address and its first weights,
+        # which Ray answers once the learner is up. The evaluator waits for
+        # ``launch_evaluator``: nothing needs it before the first evaluation.
         # max_restarts=0: the driver replaces a failed actor itself (see driver_actors).
         self._actor_cls = workers.remote(
             workers.ActorWorker, num_cpus=plan.actor_cpus, max_restarts=0,
@@ -164,6 +165,17 @@ class WorkerSet:
         for i in range(exp.num_actors):
             budget = RestartBudget(layout.actor_max_restarts, layout.actor_restart_window_s)
             self.slots.append(ActorSlot(i, seeding.actor_seed(exp.seed, i), self.spawn_actor(i), budget))
+
+    def launch_evaluator(self) -> None:
+        """Starts the evaluator (once); ``report_placement`` then includes it.
+
+        The driver calls it after the first learner and actor tasks: until
+        then the evaluator's start (a process, dm_control, its environment:
+        about 1.6 CPU-s) would share the CPU with the learner's.
+        """
+        if self.evaluator is not None:
+            return
+        exp, layout, plan = self.experiment, self.layout, self.plan
         self.evaluator = workers.remote(
             workers.Evaluator, num_cpus=plan.evaluator_cpus, max_restarts=1, max_task_retries=0,
             runtime_env=process.runtime_env("evaluator"),
@@ -171,6 +183,8 @@ class WorkerSet:
                  seeding.role_seed(exp.seed, "evaluator"), self.learner_name,
                  weights_timeout_s=layout.weights_timeout_s, startup_timeout_s=layout.startup_timeout_s,
                  video=exp.video_every_evals > 0)
+        if self._placement_asked is not None:
+            self._placement_asked[0].update(placement.ask_locations([("evaluator", self.evaluator)]))
 
     def await_ready(self) -> Dict[str, Any]:
         """Waits for the learner ``launch`` started; returns its ``ready()`` answer."""

@@ -60,6 +60,7 @@ class ActorWorker:
                  incarnation: int = 0, prefetch_weights: bool = False, envs_per_actor: int = 1,
                  shared_weights: bool = True, weights_per_node: bool = True, weight_relay: bool = False):
         started = time.perf_counter()
+        self.init_entered = time.time()  # wall clock, in the placement record (``placement._where_am_i``)
         # No TensorFlow here: the policy runs in NumPy and replay is written
         # through reverb_client (3 CPU-s less per actor process).
         process.setup_light_worker()

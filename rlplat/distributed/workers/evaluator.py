@@ -32,6 +32,7 @@ class Evaluator:
     def __init__(self, builder, environment, seed: int,
                  variable_source, weights_timeout_s: float = 60.0, startup_timeout_s: float = 300.0,
                  video: bool = False):
+        self.init_entered = time.time()  # wall clock, in the placement record (``placement._where_am_i``)
         process.setup_light_worker()  # TensorFlow only if the actor needs it (below)
         from rlplat import specs  # pylint: disable=g-import-not-at-top
 

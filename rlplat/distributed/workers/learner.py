@@ -85,7 +85,9 @@ class LearnerWorker(LearnerService):
             num_replicas = 1  # MWMS takes each worker's GPUs (or its CPU) itself.
         # Wall-clock times of this worker's own start-up steps (``ready()``): where the seconds before
         # the replay server and the learner are ready go.
-        self._startup_times = {"process_started": startup_times.process_launch_time(), "init_entered": time.time()}
+        self.init_entered = time.time()  # wall clock, in the placement record too (``placement._where_am_i``)
+        self._startup_times = {"process_started": startup_times.process_launch_time(),
+                               "init_entered": self.init_entered}
         self._tf_config = tf_config
         self._builder, self._environment_spec = builder, environment_spec
         process.setup_worker(threads[0], threads[1], hide_gpus=not use_gpus,
