@@ -94,7 +94,6 @@ class Driver:
                 # The first tasks go out before the placement report waits for every worker's
                 # answer (each one's start): the actors fill replay meanwhile.
                 self.loop.begin()
-                self.workers.launch_evaluator()
                 self.workers.report_placement()
                 self.loop.run()
             mark = time.monotonic()

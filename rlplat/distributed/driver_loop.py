@@ -68,7 +68,7 @@ class ControlLoop(ActorCare, ReplayWatch):
         self.controller = Controller(experiment.schedule(layout.console_every_s))
         self.handlers: Dict[str, Callable[..., None]] = {
             "train": self._on_train, "eval": self._on_eval, "checkpoint": self._on_checkpoint,
-            "actor": self._on_actor}
+            "actor": self._on_actor, "placement": self._on_placement}
         self.pending: Dict[Any, tuple] = {}  # ref -> (handler name, its extra arguments)
         self.train_ref: Any = None
         self.train_submitted = 0.0
@@ -143,10 +143,15 @@ class ControlLoop(ActorCare, ReplayWatch):
                                save_timeout_s, "final checkpoint")
         self._record_checkpoint(saved)
         if final_eval:
+            self._launch_evaluator()
             result = self.calls.get(workers.evaluator.evaluate.remote(self.experiment.eval_episodes,
                                                                       self.experiment.video_every_evals > 0),
                                     layout.call_timeout_s * 5, "final evaluation")
             self._log_eval(result, self.counts.actor_steps)
+        for ref, (kind, *args) in list(self.pending.items()):  # a placement answer not yet handled
+            if kind == "placement":
+                del self.pending[ref]
+                self._on_placement(ref, *args)
 
     # ------------------------------------------------- controller.Program
     def steps(self) -> int:
@@ -178,6 +183,7 @@ class ControlLoop(ActorCare, ReplayWatch):
     def evaluate(self, video: bool) -> bool:
         if self.eval_ref is not None:
             return False
+        self._launch_evaluator()
         self.eval_ref = self.workers.evaluator.evaluate.remote(self.experiment.eval_episodes, video)
         # The evaluator pulls its weights as it starts, so the result
         # belongs to the step counts of now, not of when it returns.
@@ -238,6 +244,7 @@ class ControlLoop(ActorCare, ReplayWatch):
             run_dir.update_run_info(self.logdir, {"learner_startup_s": dict(self.learner_startup_s)})
         if "first_step_time" in metrics:
             self.startup_milestone("first_learner_step", metrics.pop("first_step_time"))
+        self._launch_evaluator()  # after the learner's first step: its start stays off the learner's
         if "replay_inserts_before_first_step" in metrics:  # whether a resumed learner had to refill
             self.loggers["driver"].write(self.counts.actor_steps, {
                 "event": "learner_first_step", "learner_steps": self.counts.learner_steps,
@@ -251,6 +258,14 @@ class ControlLoop(ActorCare, ReplayWatch):
             self.learner_stopped = True
         else:
             self._submit_train()
+
+    def _launch_evaluator(self) -> None:
+        ref = self.workers.launch_evaluator()
+        if ref is not None:
+            self.pending[ref] = ("placement", "evaluator")
+
+    def _on_placement(self, ref, name: str) -> None:
+        self.workers.record_placement(name, ref)
 
     def _on_eval(self, ref, actor_steps: int) -> None:
         self.eval_ref = None

@@ -156,7 +156,7 @@ class WorkerSet:
         # Actors start now, so their imports overlap with the learner's build;
         # each asks the learner for the replay address and its first weights,
         # which Ray answers once the learner is up. The evaluator waits for
-        # ``launch_evaluator``: nothing needs it before the first evaluation.
+        # ``launch_evaluator``.
         # max_restarts=0: the driver replaces a failed actor itself (see driver_actors).
         self._actor_cls = workers.remote(
             workers.ActorWorker, num_cpus=plan.actor_cpus, max_restarts=0,
@@ -166,15 +166,19 @@ class WorkerSet:
             budget = RestartBudget(layout.actor_max_restarts, layout.actor_restart_window_s)
             self.slots.append(ActorSlot(i, seeding.actor_seed(exp.seed, i), self.spawn_actor(i), budget))
 
-    def launch_evaluator(self) -> None:
-        """Starts the evaluator (once); ``report_placement`` then includes it.
+    def launch_evaluator(self) -> Optional[Any]:
+        """Starts the evaluator (once); returns the ref of its placement answer, or None.
 
-        The driver calls it after the first learner and actor tasks: until
-        then the evaluator's start (a process, dm_control, its environment:
-        about 1.6 CPU-s) would share the CPU with the learner's.
+        The control loop calls it after the learner's first step (or at the
+        first evaluation, if sooner): until then the evaluator's start (a
+        process, dm_control, its environment, a call to the learner: about
+        1.6 CPU-s) would share the CPU with the learner's trace. Started
+        before ``report_placement``, it is in that report (None is returned);
+        started after, the caller passes the ref to ``record_placement`` once
+        it is ready.
         """
         if self.evaluator is not None:
-            return
+            return None
         exp, layout, plan = self.experiment, self.layout, self.plan
         self.evaluator = workers.remote(
             workers.Evaluator, num_cpus=plan.evaluator_cpus, max_restarts=1, max_task_retries=0,
@@ -183,8 +187,20 @@ class WorkerSet:
                  seeding.role_seed(exp.seed, "evaluator"), self.learner_name,
                  weights_timeout_s=layout.weights_timeout_s, startup_timeout_s=layout.startup_timeout_s,
                  video=exp.video_every_evals > 0)
+        asked = placement.ask_locations([("evaluator", self.evaluator)])
         if self._placement_asked is not None:
-            self._placement_asked[0].update(placement.ask_locations([("evaluator", self.evaluator)]))
+            self._placement_asked[0].update(asked)
+            return None
+        return asked["evaluator"]
+
+    def record_placement(self, name: str, ref: Any) -> None:
+        """Adds a worker started after ``report_placement`` (its ``ask_locations`` ref): its line and record."""
+        where = placement.collect_locations({name: ref}, self.nodes, self.layout.call_timeout_s,
+                                            wait=self.calls.wait)
+        self.node_placement = {**(self.node_placement or {}), **where}
+        for line in placement.describe(where):
+            self.console.message(f"placement: {line}")
+        run_dir.update_run_info(self.experiment.logdir, {"node_placement": self.node_placement})
 
     def await_ready(self) -> Dict[str, Any]:
         """Waits for the learner ``launch`` started; returns its ``ready()`` answer."""
@@ -260,7 +276,8 @@ class WorkerSet:
 
         Call it after ``await_ready``; the driver does once the learner and
         actors have their first tasks, so that the wait for the other workers'
-        answers (each one's start) is not on the way to the first step. With a
+        answers (each one's start) is not on the way to the first step. The
+        evaluator, if not yet started, is added later (``record_placement``). With a
         learner group, each learner worker (process) gets its own record and
         line, ``learner worker <i>`` with ``worker_index`` and ``is_chief``;
         ``learner group`` is the coordinating actor.

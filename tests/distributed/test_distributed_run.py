@@ -208,10 +208,10 @@ def test_run_writes_logs_checkpoint_and_run_info(first_run):
     assert up["ray_up"] <= path["launch_requested"]
     assert path["replay_ready"] == pytest.approx(up["replay_ready"], abs=2e-3)
     assert path["init_done"] <= up["learner_ready"], (path, up)
-    # The evaluator is started only once the learner and actors have their first tasks, so its start
-    # does not share the CPU with the learner's: its constructor began after the learner's had ended.
-    learner_done = placed["learner"]["init_entered"] + path["init_done"] - path["init_entered"]
-    assert placed["evaluator"]["init_entered"] > learner_done, (placed, path)
+    # The evaluator is started only after the learner's first step, so its start does not share the
+    # CPU with the learner's: its constructor began after that step (seconds from launch, as above).
+    launched = placed["learner"]["init_entered"] - path["init_entered"]
+    assert placed["evaluator"]["init_entered"] - launched > up["first_learner_step"], (placed, path, up)
 
 
 def test_actors_are_seeded_distinctly_and_deterministically(first_run):
