@@ -19,6 +19,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _PROJECT_CONFTEST = textwrap.dedent('''
@@ -83,6 +85,7 @@ _MODULE_B = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.multiprocess
 def test_a_modules_servers_stop_with_it_but_a_session_fixtures_server_does_not(tmp_path):
     suite = tmp_path / "suite"
     folder = suite / "tests" / "replay"

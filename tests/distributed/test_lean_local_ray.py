@@ -10,6 +10,7 @@ the processes it runs.
 import time
 
 import psutil
+import pytest
 import ray
 from ray._private import node
 from ray._private import parameter
@@ -48,6 +49,7 @@ def test_the_dashboard_agent_is_told_to_run_minimal_inside_the_block_only():
     assert utils.get_dashboard_dependency_error is original
 
 
+@pytest.mark.multiprocess
 def test_local_instance_runs_no_monitors_and_no_idle_prestarted_workers():
     assert not ray.is_initialized()
     connection = cluster.connect(num_cpus=2)

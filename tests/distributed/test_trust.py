@@ -92,6 +92,7 @@ def test_a_planted_link_or_foreign_folder_is_refused(tmp_path):
         shared_host.private_temp_dir(str(tmp_path))
 
 
+@pytest.mark.multiprocess
 def test_a_local_instance_keeps_its_session_in_the_private_folder():
     base = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths are limited
     try:

@@ -44,6 +44,7 @@ def test_a_changed_line_is_noticed():
     assert not contains_lines(source, "b = 2\nc = 4\n") and not contains_lines(source, "a = 1\nc = 3\n")
 
 
+@pytest.mark.multiprocess
 def test_the_run_blocks_run(tmp_path):
     code = "\n".join(m.group("code") for m in _blocks("run"))
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", MUJOCO_GL=os.environ.get("MUJOCO_GL", "osmesa"))

@@ -107,6 +107,7 @@ def test_a_bad_spec_is_refused_where_it_is_declared(kwargs, problem):
         AgentSpec(name="bad", help="", config_class=Config, **kwargs)
 
 
+@pytest.mark.multiprocess
 def test_an_agent_installed_elsewhere_appears_in_rlplat_train_and_runs(tmp_path):
     site = tmp_path / "site"
     site.mkdir()

@@ -1,5 +1,7 @@
 """tf_setup: thread sizing (the device half is exercised by every CLI run)."""
 
+import pytest
+
 from rlplat.utils import tf_setup
 
 
@@ -16,6 +18,7 @@ def test_configure_after_start_keeps_threads_and_checks_devices():
     tf_setup.configure_tensorflow(num_cpu_replicas=2)
 
 
+@pytest.mark.multiprocess
 def test_import_tensorflow_leaves_pandas_out_and_importable_after(tmp_path):
     """A fresh process: TensorFlow (and Keras under it) imports without pandas, which still imports after."""
     import subprocess  # pylint: disable=g-import-not-at-top

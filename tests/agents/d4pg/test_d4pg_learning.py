@@ -234,6 +234,7 @@ def _dead_server_scenario():
     os._exit(0)  # pylint: disable=protected-access
 
 
+@pytest.mark.multiprocess
 def test_dead_replay_server_raises_instead_of_hanging():
     here = os.path.dirname(os.path.abspath(__file__))
     code = (f"import sys; sys.path[:0] = [{here!r}, {os.path.dirname(os.path.dirname(here))!r}]; "
