@@ -67,13 +67,13 @@ def test_a_disk_filled_between_checkpoints_stops_the_run_at_a_log_write(small_di
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[1][-3000:]
             time.sleep(0.2)
         first = run_dir.checkpoint_steps(logdir)
-        with open(os.path.join(small_disk, "filler"), "wb") as filler:  # everything that is left
-            try:
+        try:
+            with open(os.path.join(small_disk, "filler"), "wb") as filler:  # everything that is left
                 while True:
                     filler.write(b"\0" * 65536)
                     filler.flush()
-            except OSError:
-                pass
+        except OSError:  # full, possibly already at the open
+            pass
         _, stderr = proc.communicate(timeout=300)
     finally:
         if proc.poll() is None:
