@@ -198,6 +198,10 @@ class WorkerSet:
         where = placement.collect_locations({name: ref}, self.nodes, self.layout.call_timeout_s,
                                             wait=self.calls.wait)
         self.node_placement = {**(self.node_placement or {}), **where}
+        self._publish_placement(where)
+
+    def _publish_placement(self, where: Dict[str, Any]) -> None:
+        """Prints ``where``'s lines and records the whole ``node_placement`` in run_info.json."""
         for line in placement.describe(where):
             self.console.message(f"placement: {line}")
         run_dir.update_run_info(self.experiment.logdir, {"node_placement": self.node_placement})
@@ -293,9 +297,7 @@ class WorkerSet:
                                                                      "is_chief": i == 0}
         if self.colocate:
             self.node_placement["replay"] = dict(self.node_placement.get("learner") or {}, colocated=True)
-        for line in placement.describe(self.node_placement):
-            self.console.message(f"placement: {line}")
-        run_dir.update_run_info(self.experiment.logdir, {"node_placement": self.node_placement})
+        self._publish_placement(self.node_placement)
 
     def _start_learner_group(self):
         """``--num-learner-workers W > 1``: a LearnerGroup actor named as the learner.
