@@ -244,8 +244,8 @@ def _calibration(d: Dict[str, Any]) -> List[str]:
 def _startup(d: Dict[str, Any]) -> List[str]:
     ms = d["milestones_s"]
     return ["median seconds from launch: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in ms.items()),
-            f"serial floor {d['floor_total_s']:.1f} s: " + "; ".join(f"{k} {v:.1f}" for k, v in d["floor_s"].items()),
-            ] + ([f"CPU floor {d['cpu_floor_s']:.1f} s: {d['cpu_total_s']:.1f} CPU-s of every process to the first "
+            ] + ([f"learner's path floor {d['floor_total_s']:.1f} s: "
+                  + "; ".join(f"{k} {v:.2f}" for k, v in d["floor_s"].items())] if d.get("floor_s") else []) + ([f"CPU floor {d['cpu_floor_s']:.1f} s: {d['cpu_total_s']:.1f} CPU-s of every process to the first "
                   f"learner step over {d['cores']} cores (" + ", ".join(
                       f"{k.replace('_', ' ')} {v:.1f}" for k, v in sorted(d["cpu_to_first_learner_step_s"].items(),
                                                                         key=lambda kv: -kv[1])) + ")"]

@@ -8,7 +8,10 @@ Reverb server already holding more than ``min_replay_size`` transitions, so
 nothing waits for data, and times:
 
 - ``build_s``: ``builder.make_learner``;
-- ``first_call_s``: the first ``learner.step()`` (``steps_per_call`` steps);
+- ``first_call_s``: the first call (``steps_per_call`` steps), made of
+  ``trace_s`` (``learner.trace()``, which a run's learner does before any
+  data is there) and ``first_run_s`` (the first ``learner.step()`` after it:
+  graph optimisation and the run);
 - ``autograph_s``: the part of it AutoGraph spent converting functions;
 - ``steady_call_s``: the median of the next 5 calls.
 
@@ -78,6 +81,8 @@ def measure(env_name: str = "cartpole:swingup") -> dict:
         conversions: list = []
         _count_autograph(conversions)
         start = time.perf_counter()
+        learner.trace()
+        trace_s = time.perf_counter() - start
         learner.step()
         first_call_s = time.perf_counter() - start
         steady = []
@@ -88,7 +93,8 @@ def measure(env_name: str = "cartpole:swingup") -> dict:
         adder.close()
     finally:
         server.stop()
-    return {"env": env_name, "build_s": build_s, "first_call_s": first_call_s, "autograph_s": sum(conversions),
+    return {"env": env_name, "build_s": build_s, "first_call_s": first_call_s, "trace_s": trace_s,
+            "first_run_s": first_call_s - trace_s, "autograph_s": sum(conversions),
             "autograph_functions": len(conversions), "steady_call_s": statistics.median(steady),
             "steps_per_call": builder.steps_per_call}
 

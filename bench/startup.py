@@ -12,19 +12,21 @@
    import the run's processes pay (Ray, TensorFlow, Reverb, dm_control with
    MuJoCo, rlplat's learner and actor modules); a local Ray started the way
    ``rlplat train`` starts it; the learner's build and first call alone
-   (``bench/first_call.py``: trace, with the seconds AutoGraph spent
-   converting functions, graph optimisation and the first run); and the
-   environment steps the actors must write before the learner's first batch
-   (``min_replay_size`` at the run's env steps/s).
+   (``bench/first_call.py``: the trace, with the seconds AutoGraph spent
+   converting functions, then graph optimisation and the first run).
 
-The report puts the first learner step beside the sum of the parts that lie
-on its path one after another (Ray up, the learner process's imports, its
-build, then its first call or the replay warm-up beside it, whichever is
-longer), which no overlap of workers can go under; and beside the CPU
-floor: the CPU seconds every process of the run (driver, Ray's services,
-learner, actors, evaluator) had used by its first learner step, sampled from
-/proc, over the machine's cores, which no schedule can go under either. The
-machine's load average is recorded with each figure: run it on a quiet machine.
+The report puts the first learner step beside two floors. **The learner's
+path floor**: the steps the learner process takes one after another before
+its first step can run (Ray's start up to the process, Ray's worker start on its main thread,
+TensorFlow's import, the replay server and learner build, the first step's
+trace, then the step's optimisation and run), each at the CPU-seconds the
+runs' own learner spent on it (``learner_startup_cpu_s`` in run_info.json),
+or at the part's time alone where that is less. No overlap of the other
+workers can bring the first step under it. **The CPU floor**: the CPU seconds
+every process of the run (driver, Ray's services, learner, actors) had used
+by its first learner step, sampled from /proc, over the machine's cores,
+which no schedule can go under either. The machine's load average is
+recorded with each figure: run it on a quiet machine.
 
 ``--baseline DIR`` (a checkout of another commit, e.g. ``git worktree add
 DIR REV``) runs that tree's code as well, alternating with this one's (A B,
@@ -110,6 +112,8 @@ def measure_parts(repeats: int, log) -> Dict[str, float]:
 # bench/first_call.py's figures, under the names the parts are reported by.
 FIRST_CALL_PARTS = {"build_s": "d4pg learner built (alone)",
                     "first_call_s": "d4pg learner's first call: trace, optimise, run (alone)",
+                    "trace_s": "d4pg learner's trace (alone)",
+                    "first_run_s": "d4pg learner's first run after its trace (alone)",
                     "autograph_s": "of which AutoGraph converting functions"}
 
 
@@ -167,6 +171,7 @@ def _one_run(i: int, log, env: Optional[Dict[str, str]]) -> Dict[str, Any]:
     log(f"run {i}: CPU-s of all its processes to the first learner step {sum(cpu.values()):.1f} ("
         + ", ".join(f"{k} {v:.1f}" for k, v in cpu.items()) + ")")
     return {"startup_s": info["startup_s"], "learner_startup_s": info.get("learner_startup_s"),
+            "learner_startup_cpu_s": info.get("learner_startup_cpu_s"),
             "cpu_to_first_learner_step_s": cpu,
             "wall_s": seconds, "min_replay_size": min_replay, "git_sha": info.get("git_sha"),
             "env_steps_per_s": rates[-1] if rates else None, "load_average": os.getloadavg()[0]}
@@ -188,23 +193,44 @@ def baseline_report(runs: List[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
             "first_learner_step_gaps_s": gaps, "rounds_this_faster": sum(g > 0 for g in gaps)}
 
 
+# The learner's path to its first step, as the runs met it: what each step cost the thread that did it
+# (``learner_startup_cpu_s``), or the same step alone in a fresh process where that was less.
+PATH_STEPS = (("boot", "Ray worker start", None),
+              ("tensorflow_import", "TensorFlow import", "tensorflow + reverb"),
+              ("build", "replay server and learner build", "d4pg learner built (alone)"),
+              ("first_step_trace", "first step's trace", "d4pg learner's trace (alone)"))
+FIRST_RUN = "first step's graph optimisation and run (alone)"
+
+
+def path_floor(parts: Dict[str, float], runs: List[Dict[str, Any]]) -> Optional[Dict[str, float]]:
+    """The learner's path to its first step with nothing else on the machine, from the runs' own records.
+
+    The launch to the learner's process starting (Ray's start, median); then
+    each step's CPU-seconds in the runs (median), or the part measured alone
+    where that is less; then the first step's run after its trace, alone.
+    The steps follow one another in one process, so no schedule of the other
+    workers can bring the first learner step under their sum. None without
+    runs that recorded their CPU-seconds.
+    """
+    recorded = [r for r in runs if r.get("learner_startup_cpu_s") and r.get("learner_startup_s")]
+    if not recorded:
+        return None
+    floor = {"launch to the learner's process (Ray's start)":
+             statistics.median(r["learner_startup_s"]["process_started"] for r in recorded)}
+    for key, name, alone in PATH_STEPS:
+        in_runs = statistics.median(r["learner_startup_cpu_s"][key] for r in recorded
+                                    if key in r["learner_startup_cpu_s"])
+        floor[name] = min(in_runs, parts.get(alone, in_runs)) if alone else in_runs
+    floor[FIRST_RUN] = parts.get(FIRST_CALL_PARTS["first_run_s"], 0.0)
+    return floor
+
+
 def report(parts: Dict[str, float], runs: List[Dict[str, Any]]) -> Dict[str, Any]:
-    """Median milestones, and the floor: the parts that follow one another on the first learner step's path."""
+    """Median milestones; the learner's path floor (``path_floor``) and the CPU floor beside them."""
     baseline = baseline_report(runs)
     runs = [r for r in runs if r.get("tree", "this") == "this"]
     milestones = _milestones(runs)
-    rate = statistics.median(r["env_steps_per_s"] for r in runs if r["env_steps_per_s"])
-    warmup = runs[0]["min_replay_size"] / rate
-    first_call = parts.get(FIRST_CALL_PARTS["first_call_s"], 0.0)
-    floor = {"python and local ray start": parts["python alone"] + parts["local ray start (cluster.connect)"],
-             "learner process: python, tensorflow + reverb, rlplat's learner": (
-                 parts["python alone"] + parts["tensorflow + reverb"] + parts["rlplat learner worker"]),
-             "learner built": parts.get(FIRST_CALL_PARTS["build_s"], 0.0)}
-    # The first call traces while the actors fill replay: whichever is longer is on the path.
-    if first_call >= warmup:
-        floor["learner's first call (replay warm-up beside it)"] = first_call
-    else:
-        floor[f"replay warm-up: {runs[0]['min_replay_size']} env steps at {rate:.0f}/s"] = warmup
+    floor = path_floor(parts, runs)
     steps = [r["learner_startup_s"] for r in runs if r.get("learner_startup_s")]
     # The learner process's own path to "ready", step by step (median seconds from launch).
     learner_path = ({k: statistics.median(s[k] for s in steps if k in s) for k in steps[0]} if steps else None)
@@ -214,11 +240,12 @@ def report(parts: Dict[str, float], runs: List[Dict[str, Any]]) -> Dict[str, Any
     cpu_total = statistics.median(sum(c.values()) for c in cpu) if cpu else None
     cores = os.cpu_count() or 1
     return {"milestones_s": milestones, "learner_path_s": learner_path, "parts_s": parts, "floor_s": floor,
-            "floor_total_s": sum(floor.values()),
+            "floor_total_s": None if floor is None else sum(floor.values()),
             # Every process's CPU to the first learner step, spread over every core: no schedule goes under it.
             "cpu_to_first_learner_step_s": cpu_by_role, "cpu_total_s": cpu_total,
             "cpu_floor_s": None if cpu_total is None else cpu_total / cores, "cores": cores,
-            "first_learner_step_over_floor": milestones["first_learner_step"] / sum(floor.values()),
+            "first_learner_step_over_floor": (None if floor is None
+                                              else milestones["first_learner_step"] / sum(floor.values())),
             "target_first_learner_step_s": 8.0, **({"baseline": baseline} if baseline else {})}
 
 
@@ -230,8 +257,8 @@ def plot(result: Dict[str, Any], path: str) -> None:
 
     fig, ax = plt.subplots(figsize=(8, 3.2))
     left = 0.0
-    for name, seconds in result["floor_s"].items():
-        ax.barh(["floor (in series)"], [seconds], left=[left], label=name)
+    for name, seconds in (result["floor_s"] or {}).items():
+        ax.barh(["learner's path floor"], [seconds], left=[left], label=name)
         left += seconds
     rows = [("measured milestones", result["milestones_s"])]
     if result.get("baseline"):
@@ -278,7 +305,9 @@ def main(argv=None) -> int:
     if result["learner_path_s"]:
         log("learner's path (median s from launch): "
             + ", ".join(f"{k} {v:.1f}" for k, v in result["learner_path_s"].items()))
-    log(f"floor: {result['floor_total_s']:.1f} s = " + " + ".join(f"{k} {v:.1f}" for k, v in result["floor_s"].items()))
+    if result["floor_s"]:
+        log(f"learner's path floor: {result['floor_total_s']:.1f} s = "
+            + " + ".join(f"{k} {v:.2f}" for k, v in result["floor_s"].items()))
     if result["cpu_total_s"] is not None:
         log(f"CPU floor: {result['cpu_floor_s']:.1f} s = {result['cpu_total_s']:.1f} CPU-s of every process to the "
             f"first learner step over {result['cores']} cores ("

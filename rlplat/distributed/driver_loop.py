@@ -87,6 +87,7 @@ class ControlLoop(ActorCare, ReplayWatch):
         self.last_learner_metrics: Dict[str, Any] = {}
         self.startup = StartupTimes()
         self.learner_startup_s: Dict[str, float] = {}  # the learner's own start-up steps (driver._start)
+        self.learner_startup_cpu_s: Dict[str, float] = {}  # the CPU seconds behind them
         self.replay_stats: Dict[str, Any] = {}
         self.replay_shard_stats: List[Dict[str, Any]] = []  # per shard, with --num-replay-shards > 1
         self.replay_probe_misses = 0  # the replay server did not answer, its process was alive
@@ -241,7 +242,10 @@ class ControlLoop(ActorCare, ReplayWatch):
         if "first_step_traced_time" in metrics:  # the learner's path, as its ready() steps
             self.learner_startup_s["first_step_traced"] = round(
                 metrics.pop("first_step_traced_time") - self.startup.launched, 3)
-            run_dir.update_run_info(self.logdir, {"learner_startup_s": dict(self.learner_startup_s)})
+            if "first_step_trace_cpu_s" in metrics:
+                self.learner_startup_cpu_s["first_step_trace"] = round(metrics.pop("first_step_trace_cpu_s"), 3)
+            run_dir.update_run_info(self.logdir, {"learner_startup_s": dict(self.learner_startup_s),
+                                                  "learner_startup_cpu_s": dict(self.learner_startup_cpu_s)})
         if "first_step_time" in metrics:
             self.startup_milestone("first_learner_step", metrics.pop("first_step_time"))
         self._launch_evaluator()  # after the learner's first step: its start stays off the learner's

@@ -28,19 +28,26 @@ def test_the_baseline_gets_its_medians_and_the_gap_of_each_round():
 
 def _parts(first_call):
     return {"python alone": 0.1, "local ray start (cluster.connect)": 2.0, "tensorflow + reverb": 3.0,
-            "rlplat learner worker": 0.5, startup.FIRST_CALL_PARTS["build_s"]: 1.0,
-            startup.FIRST_CALL_PARTS["first_call_s"]: first_call}
+            "rlplat learner worker": 0.5, startup.FIRST_CALL_PARTS["build_s"]: 0.4,
+            startup.FIRST_CALL_PARTS["first_call_s"]: first_call, startup.FIRST_CALL_PARTS["trace_s"]: 1.4,
+            startup.FIRST_CALL_PARTS["first_run_s"]: first_call - 1.4}
 
 
-def test_the_floor_takes_the_first_call_or_the_warm_up_whichever_is_longer():
-    runs = [dict(_run("this", r, 12.0), env_steps_per_s=500.0, min_replay_size=1000) for r in range(3)]
-    # Warm-up: 1000 env steps at 500/s = 2 s; the first call takes 2.5 s, so it is the one on the path.
-    slow_call = startup.report(_parts(2.5), runs)
-    assert slow_call["floor_s"]["learner's first call (replay warm-up beside it)"] == pytest.approx(2.5)
-    assert slow_call["floor_total_s"] == pytest.approx(2.1 + 3.6 + 1.0 + 2.5)
-    fast_call = startup.report(_parts(1.5), runs)
-    assert fast_call["floor_s"]["replay warm-up: 1000 env steps at 500/s"] == pytest.approx(2.0)
-    assert fast_call["floor_total_s"] == pytest.approx(2.1 + 3.6 + 1.0 + 2.0)
+def test_the_path_floor_takes_each_step_at_the_runs_cpu_or_alone_whichever_is_less():
+    cpu = [{"boot": 1.0, "tensorflow_import": 2.5, "build": 0.5, "first_step_trace": 1.6},
+           {"boot": 1.2, "tensorflow_import": 2.7, "build": 0.7, "first_step_trace": 1.8},
+           {"boot": 0.8, "tensorflow_import": 2.6, "build": 0.6, "first_step_trace": 1.2}]
+    runs = [dict(_run("this", r, 12.0), learner_startup_s={"process_started": 2.0 + 0.2 * r},
+                 learner_startup_cpu_s=c) for r, c in enumerate(cpu)]
+    result = startup.report(_parts(2.2), runs)
+    # Medians: process started 2.2, boot 1.0, import 2.6 (alone: 3.0), build 0.6 (alone: 0.4),
+    # trace 1.6 (alone: 1.4); then the first run alone, 2.2 - 1.4.
+    assert list(result["floor_s"].values()) == pytest.approx([2.2, 1.0, 2.6, 0.4, 1.4, 0.8])
+    assert result["floor_total_s"] == pytest.approx(8.4)
+    assert result["first_learner_step_over_floor"] == pytest.approx(12.0 / 8.4)
+    # Runs that recorded no CPU-seconds (an older tree's) give no floor.
+    old = startup.report(_parts(2.2), [dict(r, learner_startup_cpu_s=None) for r in runs])
+    assert old["floor_s"] is None and old["floor_total_s"] is None
 
 
 def test_the_cpu_floor_is_the_median_total_cpu_over_the_cores(monkeypatch):

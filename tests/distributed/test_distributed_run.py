@@ -208,6 +208,14 @@ def test_run_writes_logs_checkpoint_and_run_info(first_run):
     assert up["ray_up"] <= path["launch_requested"]
     assert path["replay_ready"] == pytest.approx(up["replay_ready"], abs=2e-3)
     assert path["init_done"] <= up["learner_ready"], (path, up)
+    # The CPU-seconds behind the steps (bench/startup.py's path floor): each a thread's own, so
+    # above zero and within the wall time of its step (timestamps rounded to 1 ms, hence the slack).
+    cpu, slack = info["learner_startup_cpu_s"], 5e-3
+    walls = {"tensorflow_import": path["tensorflow_imported"] - path["init_entered"],
+             "build": path["init_done"] - path["tensorflow_imported"],
+             "first_step_trace": path["first_step_traced"] - path["init_done"]}
+    assert set(cpu) == {"boot", *walls} and 0 < cpu["boot"] < path["init_entered"], (cpu, path)
+    assert all(0 < cpu[step] <= wall + slack for step, wall in walls.items()), (cpu, walls)
     # The evaluator is started only after the learner's first step, so its start does not share the
     # CPU with the learner's: its constructor began after that step (seconds from launch, as above).
     launched = placed["learner"]["init_entered"] - path["init_entered"]

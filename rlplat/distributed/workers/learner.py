@@ -88,6 +88,10 @@ class LearnerWorker(LearnerService):
         self.init_entered = time.time()  # wall clock, in the placement record too (``placement._where_am_i``)
         self._startup_times = {"process_started": startup_times.process_launch_time(),
                                "init_entered": self.init_entered}
+        # CPU seconds behind each step, for the bench's floor of this path (bench/startup.py): the main
+        # thread's until the constructor (Ray's worker start), then the constructor's and the trace's.
+        self._startup_cpu = {"boot": time.clock_gettime(time.pthread_getcpuclockid(threading.main_thread().ident))}
+        init_cpu = time.thread_time()
         self._tf_config = tf_config
         self._builder, self._environment_spec = builder, environment_spec
         process.setup_worker(threads[0], threads[1], hide_gpus=not use_gpus,
@@ -96,6 +100,7 @@ class LearnerWorker(LearnerService):
         from rlplat.utils import checkpointing  # pylint: disable=g-import-not-at-top
 
         self._startup_times["tensorflow_imported"] = time.time()
+        self._startup_cpu["tensorflow_import"] = time.thread_time() - init_cpu
 
         self._server = None
         self._logdir, self._replay_checkpoint = logdir, bool(replay_checkpoint)
@@ -147,6 +152,7 @@ class LearnerWorker(LearnerService):
             self._publisher = WeightPublisher(lambda: self.get_variables(["policy"]), weight_publish_period)
             self._publisher.publish()
         self._startup_times["init_done"] = time.time()
+        self._startup_cpu["build"] = time.thread_time() - init_cpu - self._startup_cpu["tensorflow_import"]
         # The first step's trace needs no data: it runs now, beside the driver's placement
         # report and the actors' start, instead of after the first train() call. That call
         # waits for it on the step lock and, if it failed, traces again and raises there.
@@ -154,11 +160,13 @@ class LearnerWorker(LearnerService):
 
     def _trace_first_step(self) -> None:
         with self._step_lock:
+            trace_cpu = time.thread_time()
             try:
                 self._learner.trace()
             except Exception:  # pylint: disable=broad-except
                 return
             self._startup_times["first_step_traced"] = time.time()
+            self._startup_cpu["first_step_trace"] = time.thread_time() - trace_cpu
 
     def ready(self) -> Dict[str, Any]:
         """What the driver needs once the learner is up."""
@@ -168,6 +176,7 @@ class LearnerWorker(LearnerService):
                 "pid": os.getpid(), "node_ip": common.node_ip(), "replay_colocated": self._server is not None,
                 "replay_ready_time": self._replay_ready_time,
                 "startup_times": dict(self._startup_times, replay_ready=self._replay_ready_time),
+                "startup_cpu_s": dict(self._startup_cpu),
                 "is_chief": self._replicator.is_chief, "num_workers": self._replicator.num_workers,
                 "worker_index": int(self._tf_config["task"]["index"]) if self._tf_config else 0,
                 "eager": self._replicator.eager,
@@ -248,6 +257,7 @@ class LearnerWorker(LearnerService):
                 out["first_step_time"] = self._first_step_time  # wall clock, for the start-up times
                 if "first_step_traced" in self._startup_times:
                     out["first_step_traced_time"] = self._startup_times["first_step_traced"]
+                    out["first_step_trace_cpu_s"] = self._startup_cpu["first_step_trace"]
             return out
 
     def make_unbound_actor(self, actor_index: int, seed: int, evaluation: bool = False):
