@@ -243,18 +243,23 @@ def _calibration(d: Dict[str, Any]) -> List[str]:
 
 def _startup(d: Dict[str, Any]) -> List[str]:
     ms = d["milestones_s"]
-    return ["median seconds from launch: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in ms.items()),
-            ] + ([f"learner's path floor {d['floor_total_s']:.1f} s: "
-                  + "; ".join(f"{k} {v:.2f}" for k, v in d["floor_s"].items())] if d.get("floor_s") else []) + ([f"CPU floor {d['cpu_floor_s']:.1f} s: {d['cpu_total_s']:.1f} CPU-s of every process to the first "
-                  f"learner step over {d['cores']} cores (" + ", ".join(
-                      f"{k.replace('_', ' ')} {v:.1f}" for k, v in sorted(d["cpu_to_first_learner_step_s"].items(),
-                                                                        key=lambda kv: -kv[1])) + ")"]
-                 if d.get("cpu_floor_s") is not None else []) + [
-            f"issue 31's target for the first learner step: {d['target_first_learner_step_s']:g} s"] + ([
-            f"baseline {(d['baseline']['git_sha'] or '')[:7]}, run alternately: " + ", ".join(
-                f"{k.replace('_', ' ')} {v:.1f}" for k, v in d["baseline"]["milestones_s"].items())
-            + f"; its first learner step later in {d['baseline']['rounds_this_faster']} of "
-            f"{len(d['baseline']['first_learner_step_gaps_s'])} rounds"] if d.get("baseline") else [])
+    lines = ["median seconds from launch: " + ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in ms.items())]
+    if d.get("floor_s"):
+        lines.append(f"learner's path floor {d['floor_total_s']:.1f} s: "
+                     + "; ".join(f"{k} {v:.2f}" for k, v in d["floor_s"].items()))
+    if d.get("cpu_floor_s") is not None:
+        by_role = sorted(d["cpu_to_first_learner_step_s"].items(), key=lambda kv: -kv[1])
+        lines.append(f"CPU floor {d['cpu_floor_s']:.1f} s: {d['cpu_total_s']:.1f} CPU-s of every process to the "
+                     f"first learner step over {d['cores']} cores ("
+                     + ", ".join(f"{k.replace('_', ' ')} {v:.1f}" for k, v in by_role) + ")")
+    lines.append(f"issue 31's target for the first learner step: {d['target_first_learner_step_s']:g} s")
+    if d.get("baseline"):
+        base = d["baseline"]
+        lines.append(f"baseline {(base['git_sha'] or '')[:7]}, run alternately: " + ", ".join(
+            f"{k.replace('_', ' ')} {v:.1f}" for k, v in base["milestones_s"].items())
+            + f"; its first learner step later in {base['rounds_this_faster']} of "
+            f"{len(base['first_learner_step_gaps_s'])} rounds")
+    return lines
 
 
 # bench module -> (result JSON, headline extractor). A bench without a result
