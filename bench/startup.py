@@ -20,7 +20,8 @@ path floor**: the steps the learner process takes one after another before
 its first step can run (Ray's start up to the process, Ray's worker start on its main thread,
 TensorFlow's import, the replay server and learner build, the first step's
 trace, then the step's optimisation and run), each at the CPU-seconds the
-runs' own learner spent on it (``learner_startup_cpu_s`` in run_info.json),
+runs' own learner spent on it (``learner_startup_cpu_s`` in run_info.json;
+for the first run, the wall time from the trace's end to the first step),
 or at the part's time alone where that is less. No overlap of the other
 workers can bring the first step under it. **The CPU floor**: the CPU seconds
 every process of the run (driver, Ray's services, learner, actors) had used
@@ -35,6 +36,7 @@ differences of the first learner step: a before/after on the same machine
 at the same time.
 
     python bench/startup.py [--runs 3] [--repeats 3] [--baseline DIR]
+    python bench/startup.py --report-only   # the report again, from results/startup.json
 """
 
 from __future__ import annotations
@@ -199,7 +201,7 @@ PATH_STEPS = (("boot", "Ray worker start", None),
               ("tensorflow_import", "TensorFlow import", "tensorflow + reverb"),
               ("build", "replay server and learner build", "d4pg learner built (alone)"),
               ("first_step_trace", "first step's trace", "d4pg learner's trace (alone)"))
-FIRST_RUN = "first step's graph optimisation and run (alone)"
+FIRST_RUN = "first step's graph optimisation and run"
 
 
 def path_floor(parts: Dict[str, float], runs: List[Dict[str, Any]]) -> Optional[Dict[str, float]]:
@@ -207,7 +209,9 @@ def path_floor(parts: Dict[str, float], runs: List[Dict[str, Any]]) -> Optional[
 
     The launch to the learner's process starting (Ray's start, median); then
     each step's CPU-seconds in the runs (median), or the part measured alone
-    where that is less; then the first step's run after its trace, alone.
+    where that is less; then the first step's run after its trace: alone, or
+    the runs' median gap from the trace's end to the first step's where that
+    is less.
     The steps follow one another in one process, so no schedule of the other
     workers can bring the first learner step under their sum. None without
     runs that recorded their CPU-seconds.
@@ -221,7 +225,13 @@ def path_floor(parts: Dict[str, float], runs: List[Dict[str, Any]]) -> Optional[
         in_runs = statistics.median(r["learner_startup_cpu_s"][key] for r in recorded
                                     if key in r["learner_startup_cpu_s"])
         floor[name] = min(in_runs, parts.get(alone, in_runs)) if alone else in_runs
-    floor[FIRST_RUN] = parts.get(FIRST_CALL_PARTS["first_run_s"], 0.0)
+    # The first run's CPU is not recorded; in the runs it took at most the gap from the trace's end to
+    # the first step's (which may include waiting for data), alone it took the part's time.
+    gaps = [r["startup_s"]["first_learner_step"] - r["learner_startup_s"]["first_step_traced"] for r in recorded
+            if "first_step_traced" in r["learner_startup_s"] and "first_learner_step" in r["startup_s"]]
+    alone = parts.get(FIRST_CALL_PARTS["first_run_s"])
+    floor[FIRST_RUN] = min([x for x in (alone, statistics.median(gaps) if gaps else None) if x is not None],
+                           default=0.0)
     return floor
 
 
@@ -255,7 +265,7 @@ def plot(result: Dict[str, Any], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 3.2))
+    fig, ax = plt.subplots(figsize=(8, 4.2))
     left = 0.0
     for name, seconds in (result["floor_s"] or {}).items():
         ax.barh(["learner's path floor"], [seconds], left=[left], label=name)
@@ -272,8 +282,10 @@ def plot(result: Dict[str, Any], path: str) -> None:
                 ax.annotate(m.replace("_", " "), (ms[m], row), xytext=(0, 14), textcoords="offset points",
                             rotation=35, fontsize=7)
     ax.axvline(result["target_first_learner_step_s"], color="r", ls="--", label="issue 31's target (8 s)")
+    if result.get("cpu_floor_s") is not None:
+        ax.axvline(result["cpu_floor_s"], color="k", ls=":", label="CPU floor (every process's CPU over the cores)")
     ax.set_xlabel("seconds from launch")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.45, -0.2), ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -287,15 +299,23 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--baseline", metavar="DIR", help="a checkout of another commit to run alternately")
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
+    parser.add_argument("--report-only", action="store_true",
+                        help="measure nothing: rebuild the report from the parts and runs in OUT/startup.json")
     args = parser.parse_args(argv)
     if args.baseline and not os.path.isdir(os.path.join(args.baseline, "rlplat")):
         parser.error(f"--baseline {args.baseline}: not a checkout of rlplat (no rlplat/ in it)")
     log = throughput_report.logger(time.time())
 
-    load_before = os.getloadavg()[0]
-    parts = measure_parts(args.repeats, log)
-    runs = measure_runs(args.runs, log, args.baseline)
-    result = {"benchmark": "startup", "machine": machine(), "load_average_before": load_before, "runs": runs,
+    if args.report_only:
+        with open(os.path.join(args.out, "startup.json"), encoding="utf-8") as f:
+            kept = json.load(f)
+        machine_info, load_before, parts, runs = (kept["machine"], kept["load_average_before"], kept["parts_s"],
+                                                  kept["runs"])
+    else:
+        machine_info, load_before = machine(), os.getloadavg()[0]
+        parts = measure_parts(args.repeats, log)
+        runs = measure_runs(args.runs, log, args.baseline)
+    result = {"benchmark": "startup", "machine": machine_info, "load_average_before": load_before, "runs": runs,
               **report(parts, runs)}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "startup.json"), "w") as f:

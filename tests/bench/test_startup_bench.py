@@ -37,14 +37,18 @@ def test_the_path_floor_takes_each_step_at_the_runs_cpu_or_alone_whichever_is_le
     cpu = [{"boot": 1.0, "tensorflow_import": 2.5, "build": 0.5, "first_step_trace": 1.6},
            {"boot": 1.2, "tensorflow_import": 2.7, "build": 0.7, "first_step_trace": 1.8},
            {"boot": 0.8, "tensorflow_import": 2.6, "build": 0.6, "first_step_trace": 1.2}]
-    runs = [dict(_run("this", r, 12.0), learner_startup_s={"process_started": 2.0 + 0.2 * r},
+    traced = [11.5, 11.0, 11.4]  # the first step (12.0) came 0.5, 1.0 and 0.6 s after the trace's end
+    runs = [dict(_run("this", r, 12.0), learner_startup_s={"process_started": 2.0 + 0.2 * r,
+                                                          "first_step_traced": traced[r]},
                  learner_startup_cpu_s=c) for r, c in enumerate(cpu)]
     result = startup.report(_parts(2.2), runs)
     # Medians: process started 2.2, boot 1.0, import 2.6 (alone: 3.0), build 0.6 (alone: 0.4),
-    # trace 1.6 (alone: 1.4); then the first run alone, 2.2 - 1.4.
-    assert list(result["floor_s"].values()) == pytest.approx([2.2, 1.0, 2.6, 0.4, 1.4, 0.8])
-    assert result["floor_total_s"] == pytest.approx(8.4)
-    assert result["first_learner_step_over_floor"] == pytest.approx(12.0 / 8.4)
+    # trace 1.6 (alone: 1.4); then the first run: 0.8 alone (2.2 - 1.4), 0.6 in the runs.
+    assert list(result["floor_s"].values()) == pytest.approx([2.2, 1.0, 2.6, 0.4, 1.4, 0.6])
+    assert result["floor_total_s"] == pytest.approx(8.2)
+    assert result["first_learner_step_over_floor"] == pytest.approx(12.0 / 8.2)
+    # Alone, the first run was the shorter: that one counts.
+    assert startup.report(_parts(1.9), runs)["floor_s"][startup.FIRST_RUN] == pytest.approx(0.5)
     # Runs that recorded no CPU-seconds (an older tree's) give no floor.
     old = startup.report(_parts(2.2), [dict(r, learner_startup_cpu_s=None) for r in runs])
     assert old["floor_s"] is None and old["floor_total_s"] is None
