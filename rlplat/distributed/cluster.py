@@ -43,6 +43,7 @@ import ray
 from rlplat.distributed import loopback
 from rlplat.distributed import process
 from rlplat.distributed import ray_auth
+from rlplat.distributed import ray_serialization
 from rlplat.distributed import reaper as reaper_lib
 from rlplat.distributed import shared_host
 from rlplat.utils import tf_setup
@@ -116,6 +117,7 @@ def connect(address: Optional[str] = None, num_cpus: Optional[int] = None,
     """
     if ray.is_initialized():
         return _current(owned=False)
+    ray_serialization.install()
     if address is None or address == "local":
         return _start_local(num_cpus, log_to_driver, logging_level)
     return _join(address, timeout_s, log_to_driver, logging_level, allow_unauthenticated)

@@ -15,6 +15,11 @@ from typing import Any
 import numpy as np
 import ray
 
+from rlplat.distributed import ray_serialization
+
+# Ray imports a worker's class before it reads the call's arguments: the lean addons are in place in time.
+ray_serialization.install()
+
 
 def remote(cls, **options):
     """The Ray actor class of ``cls`` with ``options`` (num_cpus, max_restarts, ...).
