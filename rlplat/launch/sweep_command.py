@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import copy
 import csv
+import dataclasses
 import datetime
 import functools
 import itertools
@@ -194,6 +195,22 @@ def prepare_trial(spec: AgentSpec, args: argparse.Namespace, sweep_dir: str, val
     return run, overrides
 
 
+def _on_this_instance(layout, local: bool):
+    """A trial's layout on the Ray instance this command started (``local``): an ordinary local run's.
+
+    Inside its Tune worker a trial joins that instance rather than starting
+    one, and a joined instance counts as a cluster (replay in a process of its
+    own, which imports TensorFlow: about 4 CPU-s more per trial). On this
+    command's own local instance every process is on this host, so replay goes
+    inside the learner as in a single local run, unless the layout says
+    otherwise or needs a separate server (replay shards, a learner group).
+    """
+    if (not local or layout.colocate_replay is not None or layout.num_replay_shards > 1
+            or layout.num_learner_workers > 1):
+        return layout
+    return dataclasses.replace(layout, colocate_replay=True)
+
+
 def run_trials(args, spec: AgentSpec, sweep_dir: str, prepared, cpus_per_trial: float,
                mutations: Sequence[Any] = ()) -> int:
     """Runs the prepared trials on Ray Tune, as many at once as fit, then writes the summary.
@@ -221,10 +238,9 @@ def run_trials(args, spec: AgentSpec, sweep_dir: str, prepared, cpus_per_trial: 
                 f"--scheduler pbt runs the whole population at once: {len(prepared)} trials of "
                 f"{cpus_per_trial:g} CPUs, but the Ray cluster has {total:g}; lower --learner-cpus/--actor-cpus, "
                 "--num-actors or --seeds")
-        specs = []
-        for run, overrides in prepared:
-            specs.append(sweep.TrialSpec(name=os.path.basename(run.logdir), experiment=run.experiment,
-                                         layout=run.layout, overrides=overrides))
+        specs = [sweep.TrialSpec(name=os.path.basename(run.logdir), experiment=run.experiment,
+                                 layout=_on_this_instance(run.layout, connection.local), overrides=overrides)
+                 for run, overrides in prepared]
         kind = getattr(args, "command", "sweep")
         print(f"{kind} in {sweep_dir}: {len(specs)} trial(s) of {spec.name} on {args.env}, up to "
               f"{cpus_per_trial:g} CPUs each, {min(concurrent, len(specs))} at once on {total:g} CPUs",

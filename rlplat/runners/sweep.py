@@ -9,6 +9,8 @@ under the sweep directory here. The run's actors ask Ray for their CPUs as
 in a single run (``RayLayoutConfig.actor_cpus``/``learner_cpus``, set by the
 caller), outside Tune's placement group, and ``max_concurrent`` (from the
 caller's CPU count) keeps the trials running at once within the cluster.
+On the local instance ``rlplat sweep`` started itself, a trial's replay sits
+inside its learner, as in a local run (``sweep_command._on_this_instance``).
 """
 
 from __future__ import annotations

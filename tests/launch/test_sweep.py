@@ -61,6 +61,13 @@ def test_each_trial_is_an_ordinary_run_with_its_grid_value(sweep):
                  if "eval_return" in r]
         assert evals and evals[-1]["step"] >= STEPS
         assert any(n.startswith("ckpt-") for n in os.listdir(os.path.join(sweep_dir, name, "checkpoints")))
+        # On the sweep's own local instance, replay sits inside the trial's learner as in a local run;
+        # a replay server of its own would be one more process importing TensorFlow per trial.
+        with open(os.path.join(sweep_dir, name, "run_info.json")) as f:
+            info = json.load(f)
+        placed = info["node_placement"]
+        assert info["colocate_replay"] is True and placed["replay"].get("colocated"), placed
+        assert placed["replay"]["pid"] == placed["learner"]["pid"], placed
 
 
 def test_trials_ran_at_once_and_shared_no_process(sweep):
