@@ -144,13 +144,8 @@ class Driver:
         self.loop.startup_milestone("learner_ready")
         self.loop.startup_milestone("replay_ready", ready.get("replay_ready_time"))
         if ready.get("startup_times"):  # the learner's own steps, for a profile of the start-up
-            launched = self.loop.startup.launched
-            steps = dict(ready["startup_times"], launch_requested=launch_requested)
-            self.loop.learner_startup_s = {step: round(when - launched, 3) for step, when in steps.items()}
-            self.loop.learner_startup_cpu_s = {step: round(cpu, 3)
-                                               for step, cpu in (ready.get("startup_cpu_s") or {}).items()}
-            run_dir.update_run_info(self.logdir, {"learner_startup_s": dict(self.loop.learner_startup_s),
-                                                  "learner_startup_cpu_s": dict(self.loop.learner_startup_cpu_s)})
+            self.loop.record_learner_startup(dict(ready["startup_times"], launch_requested=launch_requested),
+                                             ready.get("startup_cpu_s") or {})
         self.counts.learner_steps = int(ready["learner_steps"])
         self._report_replay_restore(workers.replay_restore)
 

@@ -86,7 +86,7 @@ class ControlLoop(ActorCare, ReplayWatch):
         self.loop_ended: Optional[float] = None
         self.last_learner_metrics: Dict[str, Any] = {}
         self.startup = StartupTimes()
-        self.learner_startup_s: Dict[str, float] = {}  # the learner's own start-up steps (driver._start)
+        self.learner_startup_s: Dict[str, float] = {}  # the learner's own start-up steps (record_learner_startup)
         self.learner_startup_cpu_s: Dict[str, float] = {}  # the CPU seconds behind them
         self.replay_stats: Dict[str, Any] = {}
         self.replay_shard_stats: List[Dict[str, Any]] = []  # per shard, with --num-replay-shards > 1
@@ -228,6 +228,14 @@ class ControlLoop(ActorCare, ReplayWatch):
             run_dir.update_run_info(self.logdir, {"startup_s": dict(self.startup.seconds)})
 
     # ------------------------------------------------------------ result handlers
+    def record_learner_startup(self, wall_times: Dict[str, float], cpu_s: Dict[str, float]) -> None:
+        """Adds learner start-up steps (wall clock; kept as s from launch) and their CPU-s; records both."""
+        self.learner_startup_s.update({step: round(when - self.startup.launched, 3)
+                                       for step, when in wall_times.items()})
+        self.learner_startup_cpu_s.update({step: round(cpu, 3) for step, cpu in cpu_s.items()})
+        run_dir.update_run_info(self.logdir, {"learner_startup_s": dict(self.learner_startup_s),
+                                              "learner_startup_cpu_s": dict(self.learner_startup_cpu_s)})
+
     def _on_train(self, ref) -> None:
         self.train_ref = None
         try:
@@ -240,12 +248,10 @@ class ControlLoop(ActorCare, ReplayWatch):
         self.counts.learner_steps = int(metrics.get("learner_steps", self.counts.learner_steps))
         self.learner_steps_time = time.monotonic()
         if "first_step_traced_time" in metrics:  # the learner's path, as its ready() steps
-            self.learner_startup_s["first_step_traced"] = round(
-                metrics.pop("first_step_traced_time") - self.startup.launched, 3)
-            if "first_step_trace_cpu_s" in metrics:
-                self.learner_startup_cpu_s["first_step_trace"] = round(metrics.pop("first_step_trace_cpu_s"), 3)
-            run_dir.update_run_info(self.logdir, {"learner_startup_s": dict(self.learner_startup_s),
-                                                  "learner_startup_cpu_s": dict(self.learner_startup_cpu_s)})
+            traced = metrics.pop("first_step_traced_time")
+            cpu = metrics.pop("first_step_trace_cpu_s", None)
+            self.record_learner_startup({"first_step_traced": traced},
+                                        {} if cpu is None else {"first_step_trace": cpu})
         if "first_step_time" in metrics:
             self.startup_milestone("first_learner_step", metrics.pop("first_step_time"))
         self._launch_evaluator()  # after the learner's first step: its start stays off the learner's
