@@ -17,17 +17,18 @@
 
 The report puts the first learner step beside two floors. **The learner's
 path floor**: the steps the learner process takes one after another before
-its first step can run (Ray's start up to the process, Ray's worker start on its main thread,
-TensorFlow's import, the replay server and learner build, the first step's
-trace, then the step's optimisation and run), each at the CPU-seconds the
-runs' own learner spent on it (``learner_startup_cpu_s`` in run_info.json;
-for the first run, the wall time from the trace's end to the first step),
-or at the part's time alone where that is less. No overlap of the other
-workers can bring the first step under it. **The CPU floor**: the CPU seconds
-every process of the run (driver, Ray's services, learner, actors) had used
-by its first learner step, sampled from /proc, over the machine's cores,
-which no schedule can go under either. The machine's load average is
-recorded with each figure: run it on a quiet machine.
+its first step can run (Ray's start up to the process, Ray's worker start
+on its main thread, TensorFlow's import, the replay server and learner
+build, the first step's trace, then the step's optimisation and run), each
+at the CPU-seconds the runs' own learner spent on it
+(``learner_startup_cpu_s`` in run_info.json; for the first run, the wall
+time from the trace's end to the first step), or at the part's time alone
+where that is less. No overlap of the other workers can bring the first
+step under it. **The CPU floor**: the CPU seconds every process of the run
+(driver, Ray's services, learner, actors) had used by its first learner
+step, sampled from /proc, over the machine's cores, which no schedule can
+go under either. The machine's load average is recorded with each figure:
+run it on a quiet machine.
 
 ``--baseline DIR`` (a checkout of another commit, e.g. ``git worktree add
 DIR REV``) runs that tree's code as well, alternating with this one's (A B,
@@ -163,10 +164,6 @@ def _one_run(i: int, log, env: Optional[Dict[str, str]]) -> Dict[str, Any]:
         sampler.stop()
     with open(os.path.join(logdir, "run_info.json"), encoding="utf-8") as f:
         info = json.load(f)
-    with open(os.path.join(logdir, "config.json"), encoding="utf-8") as f:
-        min_replay = json.load(f)["agent"]["min_replay_size"]
-    rates = [json.loads(line).get("env_steps_per_second") for line in open(os.path.join(logdir, "metrics.jsonl"))]
-    rates = [r for r in rates if r]
     log(f"run {i}{' (baseline)' if env else ''}: "
         + ", ".join(f"{k} {v:.1f}" for k, v in info["startup_s"].items()))
     cpu = sampler.by_role_at(launched + info["startup_s"]["first_learner_step"])
@@ -175,8 +172,7 @@ def _one_run(i: int, log, env: Optional[Dict[str, str]]) -> Dict[str, Any]:
     return {"startup_s": info["startup_s"], "learner_startup_s": info.get("learner_startup_s"),
             "learner_startup_cpu_s": info.get("learner_startup_cpu_s"),
             "cpu_to_first_learner_step_s": cpu,
-            "wall_s": seconds, "min_replay_size": min_replay, "git_sha": info.get("git_sha"),
-            "env_steps_per_s": rates[-1] if rates else None, "load_average": os.getloadavg()[0]}
+            "wall_s": seconds, "git_sha": info.get("git_sha"), "load_average": os.getloadavg()[0]}
 
 
 def _milestones(runs: List[Dict[str, Any]]) -> Dict[str, float]:
@@ -249,13 +245,14 @@ def report(parts: Dict[str, float], runs: List[Dict[str, Any]]) -> Dict[str, Any
                    if cpu else None)
     cpu_total = statistics.median(sum(c.values()) for c in cpu) if cpu else None
     cores = os.cpu_count() or 1
+    floor_total = None if floor is None else sum(floor.values())
     return {"milestones_s": milestones, "learner_path_s": learner_path, "parts_s": parts, "floor_s": floor,
-            "floor_total_s": None if floor is None else sum(floor.values()),
+            "floor_total_s": floor_total,
             # Every process's CPU to the first learner step, spread over every core: no schedule goes under it.
             "cpu_to_first_learner_step_s": cpu_by_role, "cpu_total_s": cpu_total,
             "cpu_floor_s": None if cpu_total is None else cpu_total / cores, "cores": cores,
-            "first_learner_step_over_floor": (None if floor is None
-                                              else milestones["first_learner_step"] / sum(floor.values())),
+            "first_learner_step_over_floor": (None if floor_total is None
+                                              else milestones["first_learner_step"] / floor_total),
             "target_first_learner_step_s": 8.0, **({"baseline": baseline} if baseline else {})}
 
 

@@ -58,8 +58,7 @@ def test_the_cpu_floor_is_the_median_total_cpu_over_the_cores(monkeypatch):
     monkeypatch.setattr(startup.os, "cpu_count", lambda: 2)
     cpu = [{"learner": 9.0, "driver": 3.0, "actors": 4.0}, {"learner": 10.0, "driver": 3.0, "actors": 5.0},
            {"learner": 8.0, "driver": 2.0, "actors": 2.0}]
-    runs = [dict(_run("this", r, 12.0), env_steps_per_s=500.0, min_replay_size=1000,
-                 cpu_to_first_learner_step_s=c) for r, c in enumerate(cpu)]
+    runs = [dict(_run("this", r, 12.0), cpu_to_first_learner_step_s=c) for r, c in enumerate(cpu)]
     result = startup.report(_parts(2.5), runs)
     assert result["cpu_total_s"] == pytest.approx(16.0)  # totals 16, 18, 12
     assert result["cpu_floor_s"] == pytest.approx(8.0)
