@@ -200,16 +200,25 @@ class Replicator:
         compiled = self._compiled.get(key)
         if compiled is None:
             replicated = self._make_replicated(step_fn, reduce)
+            # Its own function, so the loop below holds the step once: traced
+            # and optimised once, where a first step outside the loop (to give
+            # the loop its outputs' structure) held and traced it twice.
+            step = tf.function(replicated)
 
             @tf.function
             def loop(it, n):
                 _TRACES["count"] += 1  # Python runs here only while tracing
-                batch, wait = _timed_next(it)
-                outputs = replicated(batch)
-                for _ in tf.range(n - 1):
+                initial = _zero_outputs(step, it)
+                if initial is None:  # outputs without a fixed shape: the first step gives them
+                    batch, wait = _timed_next(it)
+                    outputs = step(batch)
+                    n -= 1
+                else:
+                    outputs, wait = initial, tf.constant(0.0, tf.float64)
+                for _ in tf.range(n):
                     batch, waited = _timed_next(it)
                     wait += waited
-                    outputs = replicated(batch)
+                    outputs = step(batch)
                 return _with_wait(outputs, wait)
 
             compiled = loop
@@ -294,6 +303,23 @@ def _timed_next(iterator):
     with tf.control_dependencies([t for t in tf.nest.flatten(batch, expand_composites=True)
                                   if isinstance(t, tf.Tensor)]):
         return batch, tf.timestamp() - start
+
+
+@tf.autograph.experimental.do_not_convert  # plain Python over specs: nothing for AutoGraph to rewrite
+def _zero_outputs(step, iterator):
+    """Zeros shaped as ``step``'s outputs on ``iterator``'s batches (tracing ``step`` once); None if they cannot be.
+
+    None where an output is not a tensor of a fully known shape (e.g.
+    per-replica values), or the iterator has no ``element_spec``.
+    """
+    spec = getattr(iterator, "element_spec", None)
+    if spec is None:
+        return None
+    outputs = step.get_concrete_function(spec).structured_outputs
+    leaves = tf.nest.flatten(outputs, expand_composites=False)
+    if not all(isinstance(t, tf.Tensor) and t.shape.is_fully_defined() for t in leaves):
+        return None
+    return tf.nest.map_structure(lambda t: tf.zeros(t.shape, t.dtype), outputs)
 
 
 @tf.autograph.experimental.do_not_convert  # a dict update: nothing for AutoGraph to rewrite

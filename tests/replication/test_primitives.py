@@ -194,3 +194,38 @@ def test_trace_steps_traces_the_run_steps_loop_without_reading_a_batch():
     assert replicator_lib.trace_count() == start + 1  # the calls used the trace
     repl.trace_steps(step, iterator, reduce="sum")  # another reduction is another function
     assert replicator_lib.trace_count() == start + 2
+
+
+@pytest.mark.parametrize("num_replicas", [1, 2])
+def test_run_steps_traces_the_step_once_and_returns_its_last_outputs(num_replicas):
+    """The loop holds the step once: its Python runs once per replica, and the n-th batch gives the outputs."""
+    repl = replication.make_replicator(num_replicas=num_replicas)
+    traced = []
+
+    def step(batch):
+        traced.append(1)  # Python runs here only while tracing
+        return {"first": replication.all_reduce(batch[0, 0], "sum")}
+
+    rows = np.arange(64, dtype=np.float32)[:, None] * np.ones((1, 3), np.float32)
+    iterator = repl.distribute(tf.data.Dataset.from_tensor_slices(rows).batch(4, drop_remainder=True))
+    # Three global batches: rows 0-3, 4-7 and 8-11; the last is split 8-9 | 10-11 over two replicas.
+    expected = 8.0 if num_replicas == 1 else 8.0 + 10.0
+    assert repl.run_steps(step, iterator, 3)["first"].numpy() == pytest.approx(expected)
+    assert len(traced) == num_replicas
+    assert repl.run_steps(step, iterator, 1)["first"].numpy() == pytest.approx(expected + 4 * num_replicas)
+    assert len(traced) == num_replicas
+
+
+def test_run_steps_with_outputs_of_unknown_shape_still_traces_the_step_once():
+    """Outputs whose shape depends on the batch (no drop_remainder) cannot start the loop as zeros."""
+    repl = replication.make_replicator()
+    traced = []
+
+    def step(batch):
+        traced.append(1)
+        return {"doubled": batch * 2.0}
+
+    rows = np.arange(40, dtype=np.float32).reshape(20, 2)
+    iterator = repl.distribute(tf.data.Dataset.from_tensor_slices(rows).batch(4))
+    np.testing.assert_allclose(repl.run_steps(step, iterator, 3)["doubled"].numpy(), rows[8:12] * 2.0)
+    assert len(traced) == 1
