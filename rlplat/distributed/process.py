@@ -40,6 +40,14 @@ _ONE_THREAD = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THR
 WORKER_ENV_OVERRIDES: Dict[str, str] = {}
 
 
+#: ``import tensorflow`` runs ``import distutils``. Under setuptools' default
+#: ("local", set up by its ``distutils-precedence.pth`` at interpreter start)
+#: that loads setuptools and ``pkg_resources``: about 0.3 CPU-s of a learner's
+#: TensorFlow import, on its path to the first step. Workers get Python's own
+#: distutils ("stdlib"), which TensorFlow only imports; a value already set is kept.
+DISTUTILS_VARIABLE = "SETUPTOOLS_USE_DISTUTILS"
+
+
 #: "system" keeps glibc's malloc in the learner; "jemalloc" (the default, also when unset) preloads jemalloc.
 ALLOCATOR_VARIABLE = "RLPLAT_LEARNER_MALLOC"
 ALLOCATOR_CHOICES = ("jemalloc", "system")
@@ -98,7 +106,8 @@ def runtime_env(role: str, cpu_only: bool = True, threads: Optional[int] = None)
         GPUs from workers that asked for none; this makes it explicit.
       threads: BLAS/OpenMP threads; None means 1.
 
-    A learner also gets jemalloc preloaded (``allocator_env``).
+    Every worker gets Python's own distutils (``DISTUTILS_VARIABLE``); a
+    learner also gets jemalloc preloaded (``allocator_env``).
     """
     env = dict(_ONE_THREAD)
     if threads is not None:
@@ -108,6 +117,7 @@ def runtime_env(role: str, cpu_only: bool = True, threads: Optional[int] = None)
         "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
         # MuJoCo needs a GL backend even headless (envs/ sets the same default).
         "MUJOCO_GL": os.environ.get("MUJOCO_GL", "osmesa"),
+        DISTUTILS_VARIABLE: os.environ.get(DISTUTILS_VARIABLE, "stdlib"),
     })
     if cpu_only:
         env["CUDA_VISIBLE_DEVICES"] = ""

@@ -146,6 +146,24 @@ def test_only_a_learner_gets_jemalloc_after_what_is_preloaded_and_the_opt_out_re
     assert "LD_PRELOAD" not in process.runtime_env("learner")["env_vars"]
 
 
+@pytest.mark.multiprocess
+def test_a_worker_imports_tensorflow_without_setuptools_and_a_set_choice_is_kept(monkeypatch):
+    """TensorFlow's ``import distutils`` loads setuptools and pkg_resources under setuptools' default shim."""
+    import subprocess  # pylint: disable=g-import-not-at-top
+    import sys  # pylint: disable=g-import-not-at-top
+
+    from rlplat.distributed import process  # pylint: disable=g-import-not-at-top
+
+    monkeypatch.delenv(process.DISTUTILS_VARIABLE, raising=False)
+    probe = "import sys, tensorflow; print(*(name in sys.modules for name in ('setuptools', 'pkg_resources')))"
+    done = subprocess.run([sys.executable, "-c", probe], env=process.subprocess_env("learner"),
+                          capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == ["False", "False"], done.stdout + done.stderr[-2000:]
+    monkeypatch.setenv(process.DISTUTILS_VARIABLE, "local")
+    for role in ("actor", "evaluator", "replay", "learner"):
+        assert process.runtime_env(role)["env_vars"][process.DISTUTILS_VARIABLE] == "local", role
+
+
 def test_expand_fills_variables_like_ray_and_empties_unset_ones():
     from rlplat.distributed import process  # pylint: disable=g-import-not-at-top
 
