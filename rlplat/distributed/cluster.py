@@ -40,6 +40,7 @@ from typing import Optional, Tuple
 
 import ray
 
+from rlplat.distributed import lean_local_ray
 from rlplat.distributed import loopback
 from rlplat.distributed import process
 from rlplat.distributed import ray_auth
@@ -172,7 +173,7 @@ def _start_local(num_cpus: Optional[int], log_to_driver: bool, logging_level: in
     restore = ray_auth.local_instance_token()
     try:
         with _loopback_only(), session, loopback.preloaded_children(), _few_malloc_arenas(), \
-                _lean_local_services(log_to_driver):
+                lean_local_ray.lean_services(log_to_driver):
             ray.init(
                 address="local",  # never RAY_ADDRESS: no address means "start one here"
                 num_cpus=num_cpus,
@@ -181,7 +182,7 @@ def _start_local(num_cpus: Optional[int], log_to_driver: bool, logging_level: in
                 logging_level=logging_level,
                 configure_logging=True,
                 _temp_dir=temp_dir,  # not /tmp/ray, which every user of the host shares
-                _system_config=dict(_LOCAL_SYSTEM_CONFIG),
+                _system_config=dict(lean_local_ray.SYSTEM_CONFIG),
             )
     except BaseException:
         if not ray.is_initialized():
@@ -190,88 +191,6 @@ def _start_local(num_cpus: Optional[int], log_to_driver: bool, logging_level: in
     _restore_auth = restore
     _start_reaper(session.spawned)
     return _current(owned=True, local=True)
-
-
-# Ray starts one idle worker per CPU for the first driver, with the job's
-# (empty) runtime_env. Every rlplat worker asks for a runtime_env of its role,
-# so none of them is ever used: on a small machine they only took CPU from
-# the start-up that matters (two processes importing Ray beside the learner's).
-_LOCAL_SYSTEM_CONFIG = {"prestart_worker_first_driver": False}
-
-
-class _lean_local_services:  # pylint: disable=invalid-name
-    """The local instance started inside the block skips Ray services a private instance never uses.
-
-    ``ray.init`` passes no argument for these, so the block gives Ray's
-    ``RayParams`` other defaults (a Ray without that class starts everything):
-
-    - the dashboard agent's HTTP port is picked free (0) instead of the fixed
-      52365. Another Ray instance on the host (a test, a sweep trial, another
-      user's run) holds 52365, and the agent then retried the bind for ~3.5 s
-      while the raylet, and with it ``ray.init``, waited for the agent;
-    - no autoscaler monitor: a local instance has a fixed size, nothing to scale;
-    - no log monitor unless worker output goes to the driver
-      (``log_to_driver``): it only forwards that output, and the worker logs
-      stay in the session folder either way;
-    - no dashboard head. With ``include_dashboard=False`` Ray still starts
-      ``dashboard.py`` with its usage-stats module alone, and ``ray.init``
-      polls until that process has written its address: about 2 s of the
-      start-up and 1.1-1.5 CPU-s on 2 cores, for a head that serves nothing
-      here (no job API, no state API);
-    - the raylet's dashboard agent runs as in Ray's minimal install: Ray
-      decides that by importing the dashboard's optional dependencies
-      (aiohttp and the rest, ~0.2 s in the driver, on ``ray.init``'s path),
-      and a private instance needs none of the agent's HTTP modules.
-
-    Ray's own ``ray start`` clusters are not touched.
-    """
-
-    def __init__(self, log_to_driver: bool):
-        self._log_to_driver = bool(log_to_driver)
-
-    def __enter__(self):
-        from ray._private import parameter  # pylint: disable=g-import-not-at-top
-
-        self._parameter = parameter
-        self._saved = getattr(parameter, "RayParams", None)
-        if isinstance(self._saved, type):
-            base, log_to_driver = self._saved, self._log_to_driver
-
-            class LeanRayParams(base):  # pylint: disable=too-few-public-methods
-                def __init__(self, *args, **kwargs):
-                    kwargs.setdefault("dashboard_agent_listen_port", 0)
-                    kwargs.setdefault("no_monitor", True)
-                    kwargs.setdefault("include_log_monitor", log_to_driver)
-                    super().__init__(*args, **kwargs)
-
-            parameter.RayParams = LeanRayParams
-        from ray._private import node, utils  # pylint: disable=g-import-not-at-top
-
-        # (owner, attribute, original); a Ray without one of them starts that part as it always did.
-        self._replaced = []
-        for owner, name, replacement in ((getattr(node, "Node", None), "start_api_server", _no_api_server),
-                                         (utils, "get_dashboard_dependency_error", _minimal_dashboard_agent)):
-            original = getattr(owner, name, None)
-            if callable(original):
-                setattr(owner, name, replacement)
-                self._replaced.append((owner, name, original))
-        return self
-
-    def __exit__(self, *exc_info):
-        if isinstance(self._saved, type):
-            self._parameter.RayParams = self._saved
-        for owner, name, original in reversed(self._replaced):
-            setattr(owner, name, original)
-        return False
-
-
-def _minimal_dashboard_agent() -> ImportError:
-    """``get_dashboard_dependency_error`` inside ``_lean_local_services``: the agent starts ``--minimal``."""
-    return ImportError("rlplat's local Ray instance runs the dashboard agent without its optional modules")
-
-
-def _no_api_server(self, **unused_kwargs) -> None:  # pylint: disable=unused-argument
-    """``Node.start_api_server`` inside ``_lean_local_services``: no dashboard head is started."""
 
 
 # The reaper of the local instance this process started (see reaper.py).

@@ -1,10 +1,11 @@
 """A local Ray instance starts without the services a private instance never uses (start-up time).
 
-``cluster._lean_local_services`` gives Ray's ``RayParams`` other defaults while
-``ray.init`` starts the instance; ``_LOCAL_SYSTEM_CONFIG`` turns off the idle
-workers Ray would prestart for the first driver, and no dashboard head starts. The first test checks the
-defaults without starting Ray; the second starts one instance and looks at
-the processes it runs.
+``lean_local_ray.lean_services`` gives Ray's ``RayParams`` other defaults while
+``ray.init`` starts the instance; ``lean_local_ray.SYSTEM_CONFIG`` turns off the idle
+workers Ray would prestart for the first driver, no dashboard head starts, and
+``ray.init`` asks Ray for its node only once the node is registered. The first
+tests check the replacements without starting Ray; the last starts one
+instance and looks at the processes it runs.
 """
 
 import time
@@ -14,27 +15,29 @@ import pytest
 import ray
 from ray._private import node
 from ray._private import parameter
+from ray._private import services
 
 from rlplat.distributed import cluster
+from rlplat.distributed import lean_local_ray
 
 
 def test_lean_defaults_hold_inside_the_block_only_and_yield_to_explicit_values():
     original = parameter.RayParams
-    with cluster._lean_local_services(log_to_driver=False):
+    with lean_local_ray.lean_services(log_to_driver=False):
         params = parameter.RayParams()
         assert params.dashboard_agent_listen_port == 0  # a free port, not the shared 52365
         assert params.no_monitor is True
         assert params.include_log_monitor is False
         assert parameter.RayParams(dashboard_agent_listen_port=52366).dashboard_agent_listen_port == 52366
     assert parameter.RayParams is original
-    with cluster._lean_local_services(log_to_driver=True):
+    with lean_local_ray.lean_services(log_to_driver=True):
         assert parameter.RayParams().include_log_monitor is True  # it forwards worker output
     assert parameter.RayParams().dashboard_agent_listen_port == 52365  # Ray's own default is back
 
 
 def test_the_dashboard_head_is_skipped_inside_the_block_only():
     original = node.Node.start_api_server
-    with cluster._lean_local_services(log_to_driver=False):
+    with lean_local_ray.lean_services(log_to_driver=False):
         assert node.Node.start_api_server is not original
         assert node.Node.start_api_server(None, include_dashboard=False, raise_on_failure=False) is None
     assert node.Node.start_api_server is original
@@ -44,16 +47,34 @@ def test_the_dashboard_agent_is_told_to_run_minimal_inside_the_block_only():
     from ray._private import utils  # pylint: disable=g-import-not-at-top
 
     original = utils.get_dashboard_dependency_error
-    with cluster._lean_local_services(log_to_driver=False):
+    with lean_local_ray.lean_services(log_to_driver=False):
         assert isinstance(utils.get_dashboard_dependency_error(), ImportError)
     assert utils.get_dashboard_dependency_error is original
 
 
+def test_rays_get_node_is_wrapped_inside_the_block_only():
+    original = services.get_node
+    with lean_local_ray.lean_services(log_to_driver=False):
+        assert services.get_node is not original
+    assert services.get_node is original
+
+
 @pytest.mark.multiprocess
-def test_local_instance_runs_no_monitors_and_no_idle_prestarted_workers():
+def test_local_instance_runs_no_monitors_and_no_idle_prestarted_workers(monkeypatch):
     assert not ray.is_initialized()
+    looks = []  # (node ID, registered when Ray's get_node was called)
+    rays_get_node = services.get_node
+
+    def get_node(gcs_address, node_id, *args, **kwargs):
+        looks.append((node_id, lean_local_ray.wait_until_registered(gcs_address, node_id, timeout_s=0)))
+        return rays_get_node(gcs_address, node_id, *args, **kwargs)
+
+    monkeypatch.setattr(services, "get_node", get_node)
     connection = cluster.connect(num_cpus=2)
     try:
+        # Ray's get_node, which rechecks once a second, found the raylet registered at its first look.
+        assert looks and all(registered for _, registered in looks), looks
+        assert not lean_local_ray.wait_until_registered(connection.address, "ab" * 28, timeout_s=0.1)
         time.sleep(3.0)  # prestarted workers would be up by now
         names = []
         for proc in psutil.Process().children(recursive=True):
