@@ -8,11 +8,16 @@ one-line message suggesting the closest valid names.
 from __future__ import annotations
 
 import difflib
+import importlib
+import importlib.util
 import logging
+import os
+import sys
+import types
+from typing import Optional
 
 import dm_env
 import numpy as np
-from dm_control import suite as dm_suite
 
 from rlplat_envs import gym_adapter
 from rlplat_envs import wrappers
@@ -29,9 +34,54 @@ _UNBOUNDED_ACTION = 1e10
 _LIST_HINT = "(run 'rlplat envs' to list all)"
 
 
+def _all_tasks() -> tuple:
+    """``dm_control.suite.ALL_TASKS``: (domain, task) pairs. Imports every domain."""
+    from dm_control import suite as dm_suite  # pylint: disable=g-import-not-at-top
+
+    return dm_suite.ALL_TASKS
+
+
 def list_tasks() -> list[str]:
     """Returns every supported environment name, "domain:task", sorted."""
-    return sorted(f"{domain}:{task}" for domain, task in dm_suite.ALL_TASKS)
+    return sorted(f"{domain}:{task}" for domain, task in _all_tasks())
+
+
+_SUITE_PACKAGE = "dm_control.suite"
+
+
+def _domain_module(domain: str) -> Optional[types.ModuleType]:
+    """The suite's module for ``domain`` (its tasks in ``SUITE``); None if the suite has no such domain.
+
+    Where ``dm_control.suite`` is not imported yet, this imports the domain's
+    module alone, with the package's ``__init__`` skipped for the length of
+    the import: that ``__init__`` imports all 19 domains (quadruped brings
+    scipy.ndimage), about 0.3 CPU-s in every process that builds one
+    environment (the driver before Ray starts, each actor, the evaluator).
+    A later ``import dm_control.suite`` runs the real package, which reuses
+    the module. Only files that define ``SUITE`` at top level count as
+    domains, as they do for the package itself.
+    """
+    package = sys.modules.get(_SUITE_PACKAGE)
+    if package is not None:
+        module = getattr(package, domain, None) if domain.isidentifier() else None
+        return module if isinstance(module, types.ModuleType) and hasattr(module, "SUITE") else None
+    spec = importlib.util.find_spec(_SUITE_PACKAGE)
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    path = os.path.join(folders[0], f"{domain}.py") if folders and domain.isidentifier() else ""
+    try:
+        with open(path, encoding="utf-8") as f:
+            if "\nSUITE = " not in f.read():
+                return None
+    except OSError:
+        return None
+    bare = types.ModuleType(_SUITE_PACKAGE)
+    bare.__path__, bare.__file__ = folders, spec.origin
+    sys.modules[_SUITE_PACKAGE] = bare
+    try:
+        return importlib.import_module(f"{_SUITE_PACKAGE}.{domain}")
+    finally:
+        if sys.modules.get(_SUITE_PACKAGE) is bare:
+            del sys.modules[_SUITE_PACKAGE]
 
 
 def _did_you_mean(matches: list[str]) -> str:
@@ -48,14 +98,20 @@ def _parse_name(name: str) -> tuple[str, str]:
     """Splits and validates "domain:task"; raises UnknownEnvironmentError."""
     if not isinstance(name, str):
         raise TypeError(f"environment name must be a str, got {type(name).__name__}")
-    all_names = list_tasks()
     parts = name.split(":")
+    if len(parts) == 2 and all(parts):
+        module = _domain_module(parts[0])
+        if module is not None and parts[1] in module.SUITE:
+            return parts[0], parts[1]
+    # Not a task: the whole suite, for the message's suggestions.
+    all_tasks = _all_tasks()
+    all_names = list_tasks()
     if len(parts) != 2 or not all(parts):
         raise UnknownEnvironmentError(
             f"malformed environment name {name!r}: expected 'domain:task', e.g. "
             f"'cartpole:swingup'; {_did_you_mean(_close(name, all_names))}")
     domain, task = parts
-    domains = sorted({d for d, _ in dm_suite.ALL_TASKS})
+    domains = sorted({d for d, _ in all_tasks})
     if domain not in domains:
         # Compare whole names first: a typo in the domain usually leaves the
         # task intact, so "cartpol:swingup" finds cartpole:swingup directly.
@@ -63,7 +119,7 @@ def _parse_name(name: str) -> tuple[str, str]:
         matches = _close(name, all_names) or [f"{d}:*" for d in _close(domain, domains)]
         raise UnknownEnvironmentError(
             f"unknown domain {domain!r} in {name!r}; {_did_you_mean(matches)}")
-    tasks = sorted(t for d, t in dm_suite.ALL_TASKS if d == domain)
+    tasks = sorted(t for d, t in all_tasks if d == domain)
     if task not in tasks:
         matches = [f"{domain}:{t}" for t in _close(task, tasks)]
         if matches:
@@ -175,8 +231,9 @@ def make_environment(
         # The suite's limit is in seconds of sim time and would fire first
         # whenever time_limit * action_repeat exceeds it; we count steps instead.
         task_kwargs["time_limit"] = float("inf")
-    env: dm_env.Environment = _PhysicsClosingWrapper(
-        dm_suite.load(domain, task, task_kwargs=task_kwargs))
+    suite_env = _domain_module(domain).SUITE[task](**task_kwargs)
+    suite_env.task.visualize_reward = False  # as dm_control.suite.load leaves it
+    env: dm_env.Environment = _PhysicsClosingWrapper(suite_env)
     try:
         if action_repeat > 1:
             env = wrappers.ActionRepeatWrapper(env, action_repeat)

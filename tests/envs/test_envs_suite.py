@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -164,3 +165,42 @@ def test_escape_closes_cleanly_without_learner_dependencies():
 def test_package_exports():
     for name in envs.__all__:
         assert getattr(envs, name).__doc__, name
+
+
+_LEAN_SUITE_PROBE = """
+import sys
+import numpy as np
+from rlplat_envs import make_environment
+with make_environment("cartpole:swingup", seed=3) as env:
+    first = env.reset().observation
+others = sorted(m for m in sys.modules if m.startswith("dm_control.suite.") and m.count(".") == 2)
+print("alone", "dm_control.suite" in sys.modules, "scipy.ndimage" in sys.modules, others)
+from dm_control import suite  # the real package now: it must reuse the module built alone
+assert suite.cartpole is sys.modules["dm_control.suite.cartpole"]
+for domain in sorted({d for d, _ in suite.ALL_TASKS}):
+    task = sorted(t for d, t in suite.ALL_TASKS if d == domain)[0]
+    with make_environment(f"{domain}:{task}", seed=3, flatten=False) as ours:
+        mine = ours.reset().observation
+    theirs = suite.load(domain, task, task_kwargs={"random": 3}).reset().observation
+    assert list(mine) == list(theirs), (domain, list(mine), list(theirs))
+    for key in mine:
+        np.testing.assert_array_equal(mine[key], np.asarray(theirs[key], np.float32), err_msg=domain)
+with make_environment("cartpole:swingup", seed=3) as env:
+    np.testing.assert_array_equal(env.reset().observation, first)
+print("parity", len({d for d, _ in suite.ALL_TASKS}))
+"""
+
+
+@pytest.mark.slow
+def test_one_task_builds_its_domain_alone_and_every_domain_matches_the_suites_own_load():
+    """The suite's ``__init__`` imports every domain; a process that builds one task imports its domain only."""
+    result = subprocess.run([sys.executable, "-c", _LEAN_SUITE_PROBE], cwd=REPO_ROOT, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in result.stdout.splitlines())
+    domains = {d for d, _ in dm_suite.ALL_TASKS}
+    package_imported, ndimage_imported, modules = lines["alone"].split(" ", 2)
+    loaded = {name.split(".")[-1] for name in ast.literal_eval(modules)}
+    assert (package_imported, ndimage_imported) == ("False", "False"), lines["alone"]
+    assert loaded & domains == {"cartpole"}, loaded
+    assert lines["parity"] == str(len(domains))
