@@ -13,6 +13,7 @@ import importlib.util
 import logging
 import os
 import sys
+import threading
 import types
 from typing import Optional
 
@@ -36,7 +37,8 @@ _LIST_HINT = "(run 'rlplat envs' to list all)"
 
 def _all_tasks() -> tuple:
     """``dm_control.suite.ALL_TASKS``: (domain, task) pairs. Imports every domain."""
-    from dm_control import suite as dm_suite  # pylint: disable=g-import-not-at-top
+    with _IMPORT_LOCK:
+        from dm_control import suite as dm_suite  # pylint: disable=g-import-not-at-top
 
     return dm_suite.ALL_TASKS
 
@@ -47,6 +49,8 @@ def list_tasks() -> list[str]:
 
 
 _SUITE_PACKAGE = "dm_control.suite"
+# Held while the bare package stands in sys.modules, so another thread never takes it for the real one.
+_IMPORT_LOCK = threading.Lock()
 
 
 def _domain_module(domain: str) -> Optional[types.ModuleType]:
@@ -61,6 +65,11 @@ def _domain_module(domain: str) -> Optional[types.ModuleType]:
     the module. Only files that define ``SUITE`` at top level count as
     domains, as they do for the package itself.
     """
+    with _IMPORT_LOCK:
+        return _domain_module_locked(domain)
+
+
+def _domain_module_locked(domain: str) -> Optional[types.ModuleType]:
     package = sys.modules.get(_SUITE_PACKAGE)
     if package is not None:
         module = getattr(package, domain, None) if domain.isidentifier() else None
