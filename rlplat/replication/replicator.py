@@ -200,9 +200,9 @@ class Replicator:
         compiled = self._compiled.get(key)
         if compiled is None:
             replicated = self._make_replicated(step_fn, reduce)
-            # Its own function, so the loop below holds the step once: traced
-            # and optimised once, where a first step outside the loop (to give
-            # the loop its outputs' structure) held and traced it twice.
+            # Its own function, called only inside the loop, so the graph holds
+            # one copy of the step to trace and optimise: the loop starts from
+            # zeros of its outputs, not from a step taken before the loop.
             step = tf.function(replicated)
 
             @tf.function
