@@ -70,13 +70,19 @@ def _domain_module(domain: str) -> Optional[types.ModuleType]:
 
 
 def _domain_module_locked(domain: str) -> Optional[types.ModuleType]:
+    if not domain.isidentifier():
+        return None
     package = sys.modules.get(_SUITE_PACKAGE)
     if package is not None:
-        module = getattr(package, domain, None) if domain.isidentifier() else None
+        module = getattr(package, domain, None)
         return module if isinstance(module, types.ModuleType) and hasattr(module, "SUITE") else None
+    # Imported alone before (the name check, then the build, or a second environment): no file read again.
+    module = sys.modules.get(f"{_SUITE_PACKAGE}.{domain}")
+    if module is not None and hasattr(module, "SUITE"):
+        return module
     spec = importlib.util.find_spec(_SUITE_PACKAGE)
     folders = list(spec.submodule_search_locations or []) if spec else []
-    path = os.path.join(folders[0], f"{domain}.py") if folders and domain.isidentifier() else ""
+    path = os.path.join(folders[0], f"{domain}.py") if folders else ""
     try:
         with open(path, encoding="utf-8") as f:
             if "\nSUITE = " not in f.read():
