@@ -9,6 +9,7 @@ it starts that part as it always did.
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any, Callable, Optional
 
@@ -51,7 +52,13 @@ class lean_services:  # pylint: disable=invalid-name
     - the raylet's dashboard agent runs as in Ray's minimal install: Ray
       decides that by importing the dashboard's optional dependencies
       (aiohttp and the rest, ~0.2 s in the driver, on ``ray.init``'s path),
-      and a private instance needs none of the agent's HTTP modules.
+      and a private instance needs none of the agent's HTTP modules;
+    - that agent runs through ``lean_dashboard_agent``, which starts it with
+      no modules: the raylet registers, and ``ray.init`` returns, only once
+      the agent has written its ports, which Ray's agent does after
+      importing and starting every dashboard module (about 0.75 s and
+      1 CPU-s per instance here), though a minimal agent without a
+      dashboard head has nothing for them to serve.
 
     Ray's own ``ray start`` clusters are not touched.
     """
@@ -80,9 +87,11 @@ class lean_services:  # pylint: disable=invalid-name
         # (owner, attribute, original); a Ray without one of them starts that part as it always did.
         self._replaced = []
         get_node = getattr(services, "get_node", None)
+        python_command = getattr(services, _PYTHON_COMMAND, None)
         for owner, name, replacement in ((getattr(node, "Node", None), "start_api_server", _no_api_server),
                                          (utils, "get_dashboard_dependency_error", _minimal_dashboard_agent),
-                                         (services, "get_node", _registered_then(get_node))):
+                                         (services, "get_node", _registered_then(get_node)),
+                                         (services, _PYTHON_COMMAND, _agent_without_modules(python_command))):
             original = getattr(owner, name, None)
             if callable(original):
                 setattr(owner, name, replacement)
@@ -95,6 +104,31 @@ class lean_services:  # pylint: disable=invalid-name
         for owner, name, original in reversed(self._replaced):
             setattr(owner, name, original)
         return False
+
+
+# Ray's helper that begins the command line of each of its Python services.
+_PYTHON_COMMAND = "_build_python_executable_command_memory_profileable"
+_AGENT_COMPONENT = "dashboard_agent"  # ray_constants.PROCESS_TYPE_DASHBOARD_AGENT
+_AGENT_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lean_dashboard_agent.py")
+
+
+def _agent_without_modules(python_command: Optional[Callable[..., list]]) -> Optional[Callable[..., list]]:
+    """Ray's ``python -u`` prefix of a service's command, with ``lean_dashboard_agent`` after it for the agent.
+
+    Ray puts the path of its ``agent.py`` and the agent's arguments after the
+    prefix, so the script receives them and runs that agent. None when Ray
+    has no such helper.
+    """
+    if not callable(python_command):
+        return None
+
+    def command(component: str, *args, **kwargs) -> list:
+        prefix = list(python_command(component, *args, **kwargs))
+        if component == _AGENT_COMPONENT and os.path.isfile(_AGENT_SCRIPT):
+            prefix.append(_AGENT_SCRIPT)
+        return prefix
+
+    return command
 
 
 def _minimal_dashboard_agent() -> ImportError:

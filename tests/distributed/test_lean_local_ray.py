@@ -3,7 +3,8 @@
 ``lean_local_ray.lean_services`` gives Ray's ``RayParams`` other defaults while
 ``ray.init`` starts the instance; ``lean_local_ray.SYSTEM_CONFIG`` turns off the idle
 workers Ray would prestart for the first driver, no dashboard head starts, and
-``ray.init`` asks Ray for its node only once the node is registered. The first
+``ray.init`` asks Ray for its node only once the node is registered, and
+the raylet's dashboard agent starts without its modules. The first
 tests check the replacements without starting Ray; the last starts one
 instance and looks at the processes it runs.
 """
@@ -52,6 +53,21 @@ def test_the_dashboard_agent_is_told_to_run_minimal_inside_the_block_only():
     assert utils.get_dashboard_dependency_error is original
 
 
+def test_the_dashboard_agents_command_gets_the_lean_script_inside_the_block_only():
+    def agent_command():
+        return services._build_python_executable_command_memory_profileable(  # pylint: disable=protected-access
+            "dashboard_agent", "/tmp/session")
+
+    plain = agent_command()
+    with lean_local_ray.lean_services(log_to_driver=False):
+        lean = agent_command()
+        other = services._build_python_executable_command_memory_profileable(  # pylint: disable=protected-access
+            "runtime_env_agent", "/tmp/session")
+    assert lean[:-1] == plain and lean[-1].endswith("lean_dashboard_agent.py"), lean
+    assert other == plain  # the other services' commands are Ray's own
+    assert agent_command() == plain
+
+
 def test_rays_get_node_is_wrapped_inside_the_block_only():
     original = services.get_node
     with lean_local_ray.lean_services(log_to_driver=False):
@@ -91,6 +107,11 @@ def test_local_instance_runs_no_monitors_and_no_idle_prestarted_workers(monkeypa
         assert len(raylets) == 1 and "--dashboard_agent_command=" in raylets[0], names
         agent_command = raylets[0].split("--dashboard_agent_command=", 1)[1].split(" --runtime_env_agent", 1)[0]
         assert "dashboard/agent.py" in agent_command and "--minimal" in agent_command, agent_command
+        # ... run through lean_dashboard_agent, which lets it load none of the dashboard's modules.
+        assert agent_command.split()[2].endswith("rlplat/distributed/lean_dashboard_agent.py"), agent_command
+        with open(f"{connection.session_dir}/logs/dashboard_agent.log", encoding="utf-8") as f:
+            agent_log = f.read()
+        assert "Loaded 0 modules." in agent_log and "Get all modules by type" not in agent_log, agent_log[-2000:]
         assert not [n for n in names if "dashboard/dashboard.py" in n], names  # no dashboard head
         assert not [n for n in names if n.startswith("ray::IDLE")], names
 
