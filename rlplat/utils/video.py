@@ -1,10 +1,13 @@
 """Offscreen frames of a MuJoCo environment, written as a GIF or an MP4.
 
-Frames come from dm_control's ``physics.render(height, width, camera_id)``,
-which renders offscreen through whatever ``MUJOCO_GL`` selects (``envs`` sets
-``osmesa``, software rendering that needs no display or GPU). Environments
-without MuJoCo physics (``gym:`` tasks) cannot be rendered: ``can_render``
-says so before any episode runs.
+Frames come from a dm_control ``Camera`` on the environment's physics, the
+one ``physics.render(height, width, camera_id)`` would make, kept for the
+recorder's frames rather than made again for each. It renders offscreen
+through whatever ``MUJOCO_GL`` selects (``envs`` sets ``osmesa``, software
+rendering that needs no display or GPU), with a shadow map no finer than the
+frames can show (``shadow_map_size``). Environments without MuJoCo physics
+(``gym:`` tasks) cannot be rendered: ``can_render`` says so before any
+episode runs.
 
 Writers, chosen by the file's extension (``VIDEO_EXTENSIONS``):
 
@@ -65,6 +68,23 @@ def render(environment: dm_env.Environment, height: int, width: int, camera_id: 
                       dtype=np.uint8)
 
 
+def shadow_map_size(height: int, width: int, model_size: int) -> int:
+    """The shadow map's side for ``height`` x ``width`` frames: ``model_size``, or less where that is finer
+    than the frame can show.
+
+    The map spans about what the camera sees, so a side of twice the frame's
+    longer side gives each frame pixel more than one shadow texel; rounded up
+    to a power of two, at least 256, never above the model's own.
+
+    Why: MuJoCo renders the shadow map at the model's ``shadowsize`` (2048
+    in the control suite) for every frame, whatever the frame's size. In
+    software rendering (``MUJOCO_GL=osmesa``) that was most of a small
+    frame's cost (``docs/measurements.md``).
+    """
+    needed = 1 << max(8, int(np.ceil(np.log2(2 * max(int(height), int(width), 1)))))
+    return int(min(int(model_size), needed)) if model_size > 0 else needed
+
+
 class FrameRecorder(EnvironmentWrapper):
     """Renders a frame after ``reset`` and after every ``every``-th ``step`` into ``sink``.
 
@@ -88,10 +108,25 @@ class FrameRecorder(EnvironmentWrapper):
         self.num_frames = 0
         self._sink = sink
         self._steps = 0
+        # One camera (and its MuJoCo scene) for every frame of this physics, where
+        # ``physics.render`` makes and frees one per frame.
+        self._camera = None
+        self._camera_physics = None
+        _shrink_shadow_map(environment.physics, height, width)
+
+    def _frame(self) -> np.ndarray:
+        physics = self._environment.physics
+        if self._camera is None or self._camera_physics is not physics:
+            self._camera = _camera(physics, self.height, self.width, self.camera_id)
+            self._camera_physics = physics
+        if self._camera is None:
+            return render(self._environment, self.height, self.width, self.camera_id)
+        # A copy: the camera returns a view of its own pixel buffer, which its next frame overwrites.
+        return np.array(self._camera.render(), dtype=np.uint8, copy=True)
 
     def _capture(self) -> None:
         if self.recording:
-            self._sink(render(self._environment, self.height, self.width, self.camera_id))
+            self._sink(self._frame())
             self.num_frames += 1
 
     def reset(self) -> dm_env.TimeStep:
@@ -107,6 +142,30 @@ class FrameRecorder(EnvironmentWrapper):
         if self._steps % self.every == 0 or timestep.last():
             self._capture()
         return timestep
+
+
+def _camera(physics, height: int, width: int, camera_id: int):
+    """dm_control's ``Camera`` on ``physics``, which ``render()`` brings up to date each call; None where
+    the physics is not dm_control's (its own ``render`` is used then)."""
+    try:
+        from dm_control.mujoco import engine  # pylint: disable=g-import-not-at-top
+    except ImportError:
+        return None
+    if not isinstance(physics, engine.Physics):
+        return None
+    return engine.Camera(physics, height=height, width=width, camera_id=camera_id)
+
+
+def _shrink_shadow_map(physics, height: int, width: int) -> None:
+    """Sizes the shadow map for these frames (``shadow_map_size``) while the physics has not rendered yet.
+
+    MuJoCo reads ``shadowsize`` once, when the rendering context is made (on
+    the first render); a physics that already rendered is left as it is.
+    """
+    quality = getattr(getattr(getattr(physics, "model", None), "vis", None), "quality", None)
+    if quality is None or getattr(physics, "_contexts", True) is not None:
+        return
+    quality.shadowsize = shadow_map_size(height, width, int(quality.shadowsize))
 
 
 def frame_stride(control_fps: float, video_fps: float) -> int:
