@@ -212,6 +212,13 @@ def _bc_noise(d: Dict[str, Any]) -> List[str]:
             f"{_fmt(s['worst_final_ratio'])} ({len(teachers)} teachers)" for noise, s in d["summary"].items()]
 
 
+def _video_render(d: Dict[str, Any]) -> List[str]:
+    return [f"{c['task']} {c['height']}x{c['width']}: {_fmt(c['ms_per_step']['physics_render'])} -> "
+            f"{_fmt(c['ms_per_step']['recorder'])} ms per recorded step ({_fmt(c['speedup'], 2)}x); "
+            f"{_fmt(100 * c['frame_share_off_by_8'], 2)}% of pixels differ by more than 8"
+            for c in d["cases"]]
+
+
 def _scale_check(d: Dict[str, Any]) -> List[str]:
     scale, starved = d["scale"], d["starved"]
     return [f"{d['env']}, {scale['label_a']} vs {scale['label_b']}, {len(scale['areas_a'])} seeds each: "
@@ -284,6 +291,7 @@ BENCHES: Dict[str, tuple] = {
     "bc_rollout_noise": ("bc_rollout_noise.json", _bc_noise),
     "scale_check": ("scale_check.json", _scale_check),
     "pbt_vs_grid": ("pbt_vs_grid.json", _pbt_vs_grid),
+    "video_render": ("video_render.json", _video_render),
 }
 
 

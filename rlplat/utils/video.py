@@ -116,9 +116,8 @@ class FrameRecorder(EnvironmentWrapper):
 
     def _frame(self) -> np.ndarray:
         physics = self._environment.physics
-        if self._camera is None or self._camera_physics is not physics:
-            self._camera = _camera(physics, self.height, self.width, self.camera_id)
-            self._camera_physics = physics
+        if self._camera_physics is not physics:
+            self._camera, self._camera_physics = _camera(physics, self.height, self.width, self.camera_id), physics
         if self._camera is None:
             return render(self._environment, self.height, self.width, self.camera_id)
         # A copy: the camera returns a view of its own pixel buffer, which its next frame overwrites.
