@@ -34,6 +34,7 @@ def _run_stand_in(tmp_path, *args):
     return str(agent), json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.multiprocess
 def test_a_minimal_agent_finds_no_modules_and_gets_its_own_arguments_and_folder(tmp_path):
     agent, seen = _run_stand_in(tmp_path, "--node-id=ab", "--minimal")
     path = seen.pop("path")
@@ -44,6 +45,7 @@ def test_a_minimal_agent_finds_no_modules_and_gets_its_own_arguments_and_folder(
 
 
 @pytest.mark.slow
+@pytest.mark.multiprocess
 def test_an_agent_that_is_not_minimal_finds_rays_modules(tmp_path):
     agent, seen = _run_stand_in(tmp_path, "--node-id=ab")
     assert seen["argv"] == [agent, "--node-id=ab"] and seen["agent_modules"] > 0, seen
