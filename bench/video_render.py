@@ -90,20 +90,45 @@ def measure(task: str, height: int, width: int, rounds: int, steps: int, seed: i
             "frame_mean_abs_diff": float(np.mean(mean_diff)), "frame_share_off_by_8": float(np.mean(off_share))}
 
 
+def _sizes(text: str) -> List[tuple]:
+    """``"48x64,240x320"`` -> ``[(48, 64), (240, 320)]``; argparse's one-line error otherwise."""
+    try:
+        sizes = [tuple(int(v) for v in size.split("x")) for size in text.split(",")]
+    except ValueError:
+        sizes = []
+    if not sizes or any(len(s) != 2 or min(s) < 1 for s in sizes):
+        raise argparse.ArgumentTypeError(f"{text!r}: give HEIGHTxWIDTH pairs, comma-separated, e.g. 48x64,240x320")
+    return sizes
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1 (got {value})")
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", default="cartpole:swingup,walker:walk,cheetah:run")
-    parser.add_argument("--sizes", default="48x64,240x320", help="HEIGHTxWIDTH, comma-separated")
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=60, help="recorded steps per episode")
+    parser.add_argument("--sizes", type=_sizes, default="48x64,240x320", help="HEIGHTxWIDTH, comma-separated")
+    parser.add_argument("--rounds", type=_positive, default=4)
+    parser.add_argument("--steps", type=_positive, default=60, help="recorded steps per episode")
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--out", default=os.path.join(HERE, "results"))
     args = parser.parse_args()
+    from rlplat_envs import make_environment  # pylint: disable=g-import-not-at-top
+
+    tasks = args.tasks.split(",")
+    for task in tasks:  # every name checked before anything is measured
+        try:
+            make_environment(task, seed=args.seed).close()
+        except ValueError as e:
+            parser.error(f"--tasks: {e}")
 
     cases = []
-    for task in args.tasks.split(","):
-        for size in args.sizes.split(","):
-            height, width = (int(v) for v in size.split("x"))
+    for task in tasks:
+        for height, width in args.sizes:
             case = measure(task, height, width, args.rounds, args.steps, args.seed)
             cases.append(case)
             print(f"{task} {height}x{width}: physics.render {case['ms_per_step']['physics_render']:.1f} ms/step, "
