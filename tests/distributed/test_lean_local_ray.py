@@ -30,7 +30,10 @@ def test_lean_defaults_hold_inside_the_block_only_and_yield_to_explicit_values()
         assert params.no_monitor is True
         assert params.include_log_monitor is False
         assert parameter.RayParams(dashboard_agent_listen_port=52366).dashboard_agent_listen_port == 52366
+        assert params.setup_worker_path.endswith("rlplat/distributed/lean_setup_worker.py")
+        assert parameter.RayParams(setup_worker_path="/x/setup_worker.py").setup_worker_path == "/x/setup_worker.py"
     assert parameter.RayParams is original
+    assert parameter.RayParams().setup_worker_path is None  # Ray's node then picks its own script
     with lean_local_ray.lean_services(log_to_driver=True):
         assert parameter.RayParams().include_log_monitor is True  # it forwards worker output
     assert parameter.RayParams().dashboard_agent_listen_port == 52365  # Ray's own default is back
@@ -115,10 +118,23 @@ def test_local_instance_runs_no_monitors_and_no_idle_prestarted_workers(monkeypa
         assert not [n for n in names if "dashboard/dashboard.py" in n], names  # no dashboard head
         assert not [n for n in names if n.startswith("ray::IDLE")], names
 
+        # Workers start through lean_setup_worker, which applies their runtime_env as Ray's script does.
+        assert "lean_setup_worker.py" in raylets[0].split("--python_worker_command=", 1)[1].split(" --", 1)[0]
+
         @ray.remote(num_cpus=0)
         def ping():
             return "pong"
 
         assert ray.get(ping.remote(), timeout=120) == "pong"  # a worker still starts when asked for
+
+        runtime_env = {"env_vars": {"RLPLAT_T_A": "1", "RLPLAT_T_B": "${RLPLAT_T_A}-${RLPLAT_T_X}"}}
+
+        @ray.remote(num_cpus=0, runtime_env=runtime_env)
+        def variables():
+            import os  # pylint: disable=g-import-not-at-top,import-outside-toplevel
+
+            return os.environ.get("RLPLAT_T_A"), os.environ.get("RLPLAT_T_B")
+
+        assert ray.get(variables.remote(), timeout=120) == ("1", "1-")
     finally:
         cluster.disconnect(connection)
