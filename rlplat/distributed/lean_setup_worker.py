@@ -6,8 +6,9 @@ The raylet starts every Python worker as ``python <setup script>
 the runtime_env's context (a JSON object: environment variables, a command
 prefix, the Python to use, an entry point to put first), sets the
 variables and replaces itself with the worker. To do that it imports a
-large part of Ray (its services, logging and protobuf modules): 0.6-0.7
-CPU-s on 2 cores, in every worker, before the worker itself imports Ray.
+large part of Ray (its services, logging and protobuf modules): 0.55-0.74
+CPU-s in a fresh process on 2 cores, in every worker, before the worker
+itself imports Ray.
 Every rlplat learner, actor and evaluator starts through it, and each has
 a runtime_env of its role, so on a local run this was on the learner's path
 to its first step and took CPU from the rest of the start-up.

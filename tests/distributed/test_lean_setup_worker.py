@@ -57,6 +57,7 @@ def test_only_a_python_worker_on_linux_with_a_known_context_is_handled_here(cont
     assert lean_setup_worker.handles(context, language, platform) is expected
 
 
+@pytest.mark.multiprocess
 def test_rays_own_setup_script_is_found_without_importing_ray():
     found = subprocess.run([sys.executable, "-c", "import sys, runpy; "
                             f"m = runpy.run_path({SCRIPT!r}, run_name='probe'); "
