@@ -84,7 +84,7 @@ class Resolved:
 
     def line(self, agent: str) -> str:
         """The one console line, e.g. ``precision: bf16 (auto: CPU has avx512_bf16, D4PG bf16 parity shown)``."""
-        how = self.reason if self.requested == "auto" else "as asked"
+        how = self.reason if self.requested == "auto" else "as set"
         return f"precision: {agent} learner in {self.precision} ({self.requested}: {how})"
 
     def to_dict(self) -> dict:
@@ -109,7 +109,7 @@ def resolve(requested: str, *, bf16_parity: bool, gpu: bool = False,
         raise ValueError(f"precision must be one of {', '.join(PRECISIONS)} (got {requested!r}); "
                          "set precision auto, fp32 or bf16")
     if requested != "auto":
-        return Resolved(requested, requested, "as asked")
+        return Resolved(requested, requested, "as set")
     if gpu:
         return Resolved("auto", "fp32", "GPU learner: a step this small is launch-bound, bf16 not measured faster")
     if not bf16_parity:

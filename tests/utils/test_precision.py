@@ -48,7 +48,7 @@ def test_the_console_line_and_the_record():
     assert "\n" not in line and line.startswith("precision: D4PG learner in bf16 (auto: ")
     assert got.to_dict() == {"requested": "auto", "precision": "bf16", "reason": got.reason}
     asked = precision.resolve("fp32", bf16_parity=True)
-    assert asked.line("DDPG") == "precision: DDPG learner in fp32 (fp32: as asked)"
+    assert asked.line("DDPG") == "precision: DDPG learner in fp32 (fp32: as set)"  # set by the flag or by default
 
 
 def test_a_bad_value_is_refused_naming_the_field():
