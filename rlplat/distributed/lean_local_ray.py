@@ -115,8 +115,9 @@ class lean_services:  # pylint: disable=invalid-name
 # Ray's helper that begins the command line of each of its Python services.
 _PYTHON_COMMAND = "_build_python_executable_command_memory_profileable"
 _AGENT_COMPONENT = "dashboard_agent"  # ray_constants.PROCESS_TYPE_DASHBOARD_AGENT
-_AGENT_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lean_dashboard_agent.py")
-_SETUP_WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lean_setup_worker.py")
+_HERE = os.path.dirname(os.path.abspath(__file__))  # the lean scripts Ray's processes start with sit beside this module
+_AGENT_SCRIPT = os.path.join(_HERE, "lean_dashboard_agent.py")
+_SETUP_WORKER_SCRIPT = os.path.join(_HERE, "lean_setup_worker.py")
 
 
 def _agent_without_modules(python_command: Optional[Callable[..., list]]) -> Optional[Callable[..., list]]:
